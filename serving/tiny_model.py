@@ -1,0 +1,305 @@
+"""Make a tiny random-weight Qwen3-MoE checkpoint, with no hub download.
+
+The launcher serves one of these when no model is configured (`make run`), the
+tests serve one on the CPU engine, and `--fp8` writes a per-tensor FP8
+checkpoint for GPU smoke tests of the patched MoE path.
+
+    python -m serving.tiny_model --out DIR [--layers 2] [--hidden 256] [--experts 8] [--fp8]
+
+The tokenizer is byte-level (every byte is a token, no merges), so any text
+round-trips and no vocabulary file has to be downloaded.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+# ChatML, as Qwen models use; ends the assistant turn with <|im_end|> (the EOS).
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+# Bumped whenever the files this module writes change, so cached models are rebuilt.
+FORMAT_VERSION = 2
+
+
+@dataclass(frozen=True)
+class TinySpec:
+    layers: int = 2
+    hidden: int = 256
+    heads: int = 8
+    kv_heads: int = 8
+    head_dim: int = 32
+    experts: int = 8
+    top_k: int = 2
+    moe_intermediate: int = 256
+    vocab: int = 512
+    max_position: int = 2048
+    seed: int = 0
+    fp8: bool = False
+
+    def check(self) -> None:
+        if self.vocab < 256 + len(SPECIAL_TOKENS):
+            raise ValueError(f"vocab must be at least {256 + len(SPECIAL_TOKENS)} (256 bytes + special tokens)")
+        if self.top_k > self.experts:
+            raise ValueError("top_k must not exceed experts")
+        if self.heads % self.kv_heads:
+            raise ValueError("heads must be a multiple of kv_heads")
+
+    def check_tp(self, tp: int) -> None:
+        """Tensor parallel splits heads, KV heads, experts' N and the vocab across ranks."""
+        for name in ("heads", "kv_heads", "experts", "moe_intermediate", "vocab"):
+            if getattr(self, name) % tp:
+                raise ValueError(f"--{name.replace('_', '-')}={getattr(self, name)} is not divisible by --tp-friendly={tp}")
+
+
+def _byte_level_tokenizer():
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from tokenizers.pre_tokenizers import ByteLevel
+
+    alphabet = ByteLevel.alphabet()  # the 256 printable stand-ins for bytes
+    # Order by the byte each stand-in represents, so token id == byte value.
+    byte_to_char = _bytes_to_unicode()
+    vocab = {byte_to_char[b]: b for b in range(256)}
+    assert set(vocab) == set(alphabet)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(SPECIAL_TOKENS)
+    return tok
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    # GPT-2's reversible byte -> printable character map (what ByteLevel uses).
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, (chr(c) for c in cs)))
+
+
+def _config(spec: TinySpec, eos_id: int, bos_id: int) -> dict:
+    cfg = {
+        "architectures": ["Qwen3MoeForCausalLM"],
+        "model_type": "qwen3_moe",
+        "vocab_size": spec.vocab,
+        "hidden_size": spec.hidden,
+        "intermediate_size": spec.moe_intermediate * 2,
+        "moe_intermediate_size": spec.moe_intermediate,
+        "num_hidden_layers": spec.layers,
+        "num_attention_heads": spec.heads,
+        "num_key_value_heads": spec.kv_heads,
+        "head_dim": spec.head_dim,
+        "num_experts": spec.experts,
+        "num_experts_per_tok": spec.top_k,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+        "norm_topk_prob": True,
+        "hidden_act": "silu",
+        "max_position_embeddings": spec.max_position,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "bos_token_id": bos_id,
+        "eos_token_id": eos_id,
+        "torch_dtype": "bfloat16",
+        "use_cache": True,
+    }
+    if spec.fp8:
+        # vLLM's Fp8Config: serialized float8_e4m3fn weights, one weight_scale per
+        # tensor, activations quantized per tensor at run time.
+        cfg["quantization_config"] = {
+            "quant_method": "fp8",
+            "activation_scheme": "dynamic",
+            "ignored_layers": ["lm_head"] + [f"model.layers.{i}.mlp.gate" for i in range(spec.layers)],
+        }
+    return cfg
+
+
+def _quantize_fp8(state: dict) -> dict:
+    """Per-tensor FP8 for every projection (attention and experts); router, norms, embeddings stay bf16."""
+    import torch
+
+    fmax = torch.finfo(torch.float8_e4m3fn).max
+    out = {}
+    for name, t in state.items():
+        is_proj = name.endswith("_proj.weight") and t.dim() == 2
+        if not is_proj:
+            out[name] = t
+            continue
+        w = t.float()
+        scale = (w.abs().max().clamp(min=1e-12) / fmax).reshape(())
+        out[name] = (w / scale).clamp(-fmax, fmax).to(torch.float8_e4m3fn)
+        out[name[: -len("weight")] + "weight_scale"] = scale.to(torch.float32)
+    return out
+
+
+def make(out: Path, spec: TinySpec) -> Path:
+    """Write the model into `out` (atomically: a half-written folder is never left behind)."""
+    import torch
+    from safetensors.torch import save_file
+
+    spec.check()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tiny-", dir=out.parent))
+    tmp.chmod(0o755)  # readable by the image's non-root user when made at build time
+    try:
+        tok = _byte_level_tokenizer()
+        tok.save(str(tmp / "tokenizer.json"))
+        ids = {t: tok.token_to_id(t) for t in SPECIAL_TOKENS}
+        eos = ids["<|im_end|>"]
+        (tmp / "tokenizer_config.json").write_text(json.dumps({
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "bos_token": None,
+            "eos_token": "<|im_end|>",
+            "pad_token": "<|endoftext|>",
+            "unk_token": None,
+            "model_max_length": spec.max_position,
+            "chat_template": CHAT_TEMPLATE,
+            "clean_up_tokenization_spaces": False,
+        }, indent=2))
+        (tmp / "special_tokens_map.json").write_text(json.dumps(
+            {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}, indent=2))
+        cfg = _config(spec, eos_id=eos, bos_id=ids["<|endoftext|>"])
+        (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
+        (tmp / "generation_config.json").write_text(json.dumps(
+            {"eos_token_id": eos, "pad_token_id": ids["<|endoftext|>"], "do_sample": False}, indent=2))
+
+        from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+        torch.manual_seed(spec.seed)
+        hf_cfg = Qwen3MoeConfig(**{k: v for k, v in cfg.items() if k not in ("architectures", "quantization_config")})
+        model = Qwen3MoeForCausalLM(hf_cfg)
+        _printable_output_head(model)
+        model = model.to(torch.bfloat16)
+        # transformers 5 may store experts fused; vLLM loads either layout, but we
+        # write the classic per-expert names that every loader understands.
+        state = _per_expert_state(model.state_dict(), spec)
+        if spec.fp8:
+            state = _quantize_fp8(state)
+        save_file({k: v.contiguous() for k, v in state.items()}, str(tmp / "model.safetensors"),
+                  metadata={"format": "pt"})
+        (tmp / "tiny_model.json").write_text(json.dumps({"format_version": FORMAT_VERSION, **asdict(spec)}, indent=2))
+        for f in tmp.iterdir():
+            f.chmod(0o644)
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def _printable_output_head(model) -> None:
+    """Make answers readable: only printable ASCII can win the argmax.
+
+    Rows of the output head for other ids (control bytes, non-ASCII bytes that
+    would decode to replacement characters, special tokens, unused ids) are
+    zeroed so their logit is exactly 0, while printable rows are scaled up; a
+    random model then writes text that round-trips through any client.
+    """
+    import torch
+
+    w = model.lm_head.weight
+    keep = torch.zeros(w.shape[0], dtype=torch.bool)
+    keep[32:127] = True
+    with torch.no_grad():
+        w[~keep] = 0
+        w[keep] *= 8
+
+
+def _per_expert_state(state: dict, spec: TinySpec) -> dict:
+    """Split fused expert tensors (transformers 5 layout) into mlp.experts.<i>.<proj>.weight."""
+    out = {}
+    for name, t in state.items():
+        if ".mlp.experts." in name and t.dim() == 3:
+            prefix = name.split(".mlp.experts.")[0] + ".mlp.experts"
+            leaf = name.split(".mlp.experts.")[1]
+            for e in range(t.shape[0]):
+                if leaf.startswith("gate_up_proj"):
+                    # [E, 2*I, H]: first half gate, second half up.
+                    g, u = t[e].chunk(2, dim=0)
+                    out[f"{prefix}.{e}.gate_proj.weight"] = g.clone()
+                    out[f"{prefix}.{e}.up_proj.weight"] = u.clone()
+                elif leaf.startswith("down_proj"):
+                    out[f"{prefix}.{e}.down_proj.weight"] = t[e].clone()
+                else:
+                    raise RuntimeError(f"unexpected fused expert tensor {name}")
+        else:
+            out[name] = t
+    return out
+
+
+def ensure(out: Path, spec: TinySpec = TinySpec()) -> Path:
+    """Return `out`, making the model there first unless an identical one is already present."""
+    marker = Path(out) / "tiny_model.json"
+    want = {"format_version": FORMAT_VERSION, **asdict(spec)}
+    if marker.exists():
+        try:
+            if json.loads(marker.read_text()) == want:
+                return Path(out)
+        except ValueError:
+            pass
+    return make(Path(out), spec)
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("LMI_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "lmi-fp8")
+    return Path(base)
+
+
+def default_model_dir() -> Path:
+    return default_cache_dir() / "tiny-qwen3-moe"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m serving.tiny_model", description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, default=None, help=f"output folder (default: {default_model_dir()})")
+    d = TinySpec()
+    p.add_argument("--layers", type=int, default=d.layers)
+    p.add_argument("--hidden", type=int, default=d.hidden)
+    p.add_argument("--heads", type=int, default=d.heads)
+    p.add_argument("--kv-heads", type=int, default=d.kv_heads)
+    p.add_argument("--head-dim", type=int, default=d.head_dim)
+    p.add_argument("--experts", type=int, default=d.experts)
+    p.add_argument("--top-k", type=int, default=d.top_k)
+    p.add_argument("--moe-intermediate", type=int, default=d.moe_intermediate)
+    p.add_argument("--vocab", type=int, default=d.vocab)
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--tp-friendly", type=int, default=None, metavar="TP",
+                   help="check that heads, KV heads, experts, N and vocab split evenly over TP ranks")
+    p.add_argument("--fp8", action="store_true", help="write a per-tensor FP8 (float8_e4m3fn) checkpoint")
+    a = p.parse_args(argv)
+    spec = TinySpec(layers=a.layers, hidden=a.hidden, heads=a.heads, kv_heads=a.kv_heads, head_dim=a.head_dim,
+                    experts=a.experts, top_k=a.top_k, moe_intermediate=a.moe_intermediate, vocab=a.vocab,
+                    seed=a.seed, fp8=a.fp8)
+    try:
+        spec.check()
+        if a.tp_friendly:
+            spec.check_tp(a.tp_friendly)
+    except ValueError as e:
+        p.error(str(e))
+    out = make(a.out or default_model_dir(), spec)
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
