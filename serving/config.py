@@ -151,7 +151,7 @@ def resolve(env: Mapping[str, str] | None = None, vllm_args=None) -> dict[str, R
             raise ConfigError(key, win.source, "not a declared setting (vLLM arguments were not loaded)")
         flag = vllm_args.flag_for(key)
         if flag is None:
-            known = list(BY_KEY) + vllm_args.keys()
+            known = sorted(set(BY_KEY) | set(vllm_args.keys()))
             raise ConfigError(key, win.source, "unknown setting: not a container setting nor an argument of "
                               "vLLM's OpenAI server", difflib.get_close_matches(key, known, n=3, cutoff=0.6))
         out[key] = Resolved(key, win.raw, win.raw, win.source, flag=flag, overridden=losers)

@@ -209,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m serving", description="Serve a model with the patched vLLM.")
     ap.add_argument("--dry-run", action="store_true",
                     help="resolve every setting, print it with its source and the engine command, then exit")
+    ap.add_argument("--prepare-only", action="store_true",
+                    help="resolve the settings and fetch the model (s3:// or embedded), then exit without serving")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
@@ -232,6 +234,9 @@ def main(argv: list[str] | None = None) -> int:
             log.error("model download failed: %s", e)
             return 3
         raise
+    if args.prepare_only:
+        log.info("model ready at %s (--prepare-only: not starting the engine)", p.model_path)
+        return 0
     log.info("starting engine: %s", command_line(p))
     sys.stdout.flush()
     sys.stderr.flush()

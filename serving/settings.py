@@ -134,12 +134,15 @@ BY_FLAG: dict[str, Setting] = {s.flag: s for s in SETTINGS if s.flag}
 # Environment variables that are secrets whatever their name's setting; masked in every report.
 SECRET_ENV = frozenset({"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
                         "AWS_ACCESS_KEY_ID"})
-SECRET_WORDS = ("token", "secret", "password", "api_key", "apikey", "access_key")
+SECRET_WORDS = ("token", "secret", "password", "apikey", "credentials")
+SECRET_PAIRS = (("api", "key"), ("access", "key"))
 
 
 def looks_secret(name: str) -> bool:
-    n = name.lower()
-    return any(w in n for w in SECRET_WORDS)
+    """hf_token, api_key, AWS_SECRET_ACCESS_KEY: yes. max_num_batched_tokens: no (whole words only)."""
+    words = name.lower().replace("-", "_").split("_")
+    pairs = set(zip(words, words[1:]))
+    return any(w in words for w in SECRET_WORDS) or any(p in pairs for p in SECRET_PAIRS)
 
 
 def markdown_table() -> str:

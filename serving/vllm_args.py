@@ -82,7 +82,7 @@ class VllmArgs:
         except _ParseError as e:
             raise SettingValueError(_plain(str(e), self._action(argv[0].lstrip("-")))) from None
         except (ValueError, TypeError) as e:  # some vLLM types raise instead of calling error()
-            raise SettingValueError(str(e)) from None
+            raise SettingValueError(_plain(str(e), None)) from None
 
 
 def _long(a: argparse.Action) -> str:
@@ -101,7 +101,9 @@ def _list_items(raw: str) -> list[str]:
 
 
 def _plain(message: str, action: argparse.Action | None) -> str:
-    """argparse's message, plus the allowed choices when there are any."""
+    """argparse's message on one line (pydantic's are several), plus the allowed choices."""
+    lines = [l.strip() for l in message.splitlines() if l.strip() and "errors.pydantic.dev" not in l]
+    message = " ".join(lines)
     if action is not None and action.choices and "choice" not in message:
         return f"{message} (allowed: {', '.join(map(str, action.choices))})"
     return message

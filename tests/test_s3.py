@@ -1,0 +1,116 @@
+"""S3 model download against a real S3-compatible server on loopback (moto's server mode), real boto3."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from conftest import free_port
+from serving.s3 import S3SourceError, download
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def s3_env():
+    from moto.server import ThreadedMotoServer
+
+    port = free_port()
+    srv = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    srv.start()
+    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing-key-id",
+           "AWS_SECRET_ACCESS_KEY": "testing-SECRET-value", "AWS_DEFAULT_REGION": "us-east-1"}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield env
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        srv.stop()
+
+
+@pytest.fixture(scope="module")
+def bucket(s3_env, tmp_path_factory):
+    """A bucket holding a model folder (a real tiny model, nested files included), an archive and nothing else."""
+    import boto3
+    from serving.tiny_model import TinySpec, make
+
+    model = make(tmp_path_factory.mktemp("src") / "tiny", TinySpec(layers=1))
+    (model / "extra").mkdir()
+    (model / "extra" / "notes.txt").write_text("nested file\n")
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket="models")
+    files = sorted(p for p in model.rglob("*") if p.is_file())
+    for p in files:
+        s3.upload_file(str(p), "models", "tiny/" + p.relative_to(model).as_posix())
+    s3.put_object(Bucket="models", Key="tiny/", Body=b"")  # a console-made folder marker
+    arc = tmp_path_factory.mktemp("arc") / "model.tar.gz"
+    with tarfile.open(arc, "w:gz") as t:
+        t.add(model / "config.json", arcname="config.json")
+    s3.upload_file(str(arc), "models", "packed/model.tar.gz")
+    return {"src": model, "files": [p.relative_to(model) for p in files]}
+
+
+def test_download_mirrors_the_prefix(bucket, tmp_path):
+    dest = download("s3://models/tiny", tmp_path / "dl")
+    got = sorted(p.relative_to(dest) for p in dest.rglob("*") if p.is_file())
+    assert got == bucket["files"]
+    for rel in got:
+        assert (dest / rel).read_bytes() == (bucket["src"] / rel).read_bytes()
+
+
+def test_second_download_skips_files_of_the_same_size(bucket, tmp_path, caplog):
+    dest = tmp_path / "dl"
+    download("s3://models/tiny/", dest)
+    weights = dest / "model.safetensors"
+    stamp = weights.stat().st_mtime_ns
+    (dest / "config.json").write_text("{}")  # a changed size is fetched again
+    caplog.set_level("INFO", logger="serving.s3")
+    download("s3://models/tiny/", dest)
+    assert weights.stat().st_mtime_ns == stamp
+    assert (dest / "config.json").read_bytes() == (bucket["src"] / "config.json").read_bytes()
+    assert f"1 files fetched, {len(bucket['files']) - 1} skipped" in caplog.text
+
+
+def test_empty_prefix_is_a_clear_error(bucket, tmp_path):
+    with pytest.raises(S3SourceError, match=r"s3://models/nothing-here/ holds no objects"):
+        download("s3://models/nothing-here/", tmp_path / "dl")
+
+
+@pytest.mark.parametrize("url", ["s3://models/packed/", "s3://models/packed/model.tar.gz"])
+def test_single_archive_is_a_clear_error(bucket, tmp_path, url):
+    with pytest.raises(S3SourceError, match="archive"):
+        download(url, tmp_path / "dl")
+
+
+def test_launcher_fetches_an_s3_model_before_start(bucket, s3_env, tmp_path):
+    """`python -m serving --prepare-only` with model_id=s3://...: the launcher downloads, secrets stay out of logs."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPTION_", "SM_VLLM_", "HF_"))}
+    env.update(s3_env)
+    env.update({"SERVING_MODEL_DIR": str(tmp_path / "none"), "OPTION_MODEL_ID": "s3://models/tiny/",
+                "SERVING_DOWNLOAD_DIR": str(tmp_path / "dl")})
+    r = subprocess.run([sys.executable, "-m", "serving", "--prepare-only"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (tmp_path / "dl" / "model.safetensors").stat().st_size == (bucket["src"] / "model.safetensors").stat().st_size
+    assert "download of s3://models/tiny/ complete" in r.stderr
+    assert "SECRET" not in r.stdout + r.stderr
+
+
+def test_launcher_exits_non_zero_on_an_empty_prefix(bucket, s3_env, tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPTION_", "SM_VLLM_", "HF_"))}
+    env.update(s3_env)
+    env.update({"SERVING_MODEL_DIR": str(tmp_path / "none"), "HF_MODEL_ID": "s3://models/missing/",
+                "SERVING_DOWNLOAD_DIR": str(tmp_path / "dl")})
+    r = subprocess.run([sys.executable, "-m", "serving"], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 3
+    assert "s3://models/missing/ holds no objects" in r.stderr

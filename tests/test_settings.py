@@ -1,0 +1,234 @@
+"""The settings model: every convention's names, precedence, typing, pass-through, errors, masking.
+
+These call the launcher's planning code with the installed vLLM's real argument
+parser; the dry-run tests run `python -m serving --dry-run` as users would.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from serving import config as cfg
+from serving import launcher
+from serving.settings import SETTINGS, markdown_table
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def va():
+    from serving.vllm_args import VllmArgs
+    return VllmArgs()
+
+
+@pytest.fixture
+def model_dir(tmp_path):
+    d = tmp_path / "model"
+    d.mkdir()
+    return d
+
+
+def plan(va, model_dir, env=None, props: str | None = None):
+    if props is not None:
+        (model_dir / "serving.properties").write_text(props)
+    return launcher.plan({"SERVING_MODEL_DIR": str(model_dir), **(env or {})}, va)
+
+
+def argv_value(p, flag):
+    a = p.argv
+    return a[a.index(flag) + 1] if flag in a else None
+
+
+@pytest.mark.parametrize("name,flag,value", [
+    ("OPTION_TENSOR_PARALLEL_DEGREE", "--tensor-parallel-size", "2"),
+    ("OPTION_TENSOR_PARALLEL_SIZE", "--tensor-parallel-size", "2"),
+    ("SM_NUM_GPUS", "--tensor-parallel-size", "2"),
+    ("SM_VLLM_TENSOR_PARALLEL_SIZE", "--tensor-parallel-size", "2"),
+    ("OPTION_MAX_ROLLING_BATCH_SIZE", "--max-num-seqs", "16"),
+    ("MAX_BATCH_SIZE", "--max-num-seqs", "16"),
+    ("OPTION_MAX_ROLLING_BATCH_PREFILL_TOKENS", "--max-num-batched-tokens", "4096"),
+    ("MAX_BATCH_PREFILL_TOKENS", "--max-num-batched-tokens", "4096"),
+    ("OPTION_QUANTIZE", "--quantization", "fp8"),
+    ("HF_MODEL_QUANTIZE", "--quantization", "fp8"),
+    ("HF_MODEL_REVISION", "--revision", "main"),
+    ("OPTION_MAX_MODEL_LEN", "--max-model-len", "1024"),
+    ("SM_VLLM_MAX_MODEL_LEN", "--max-model-len", "1024"),
+    ("OPTION_DTYPE", "--dtype", "bfloat16"),
+    ("OPTION_GPU_MEMORY_UTILIZATION", "--gpu-memory-utilization", "0.85"),
+    ("OPTION_MOE_BACKEND", "--moe-backend", "triton"),
+    ("SM_VLLM_MOE_BACKEND", "--moe-backend", "triton"),
+    ("OPTION_PORT", "--port", "9000"),
+    ("SAGEMAKER_BIND_TO_PORT", "--port", "9000"),
+])
+def test_every_convention_maps_to_its_flag(va, model_dir, name, flag, value):
+    p = plan(va, model_dir, {name: value})
+    assert argv_value(p, flag) == value
+    key = next(k for k, r in p.settings.items() if r.flag == flag)
+    assert p.settings[key].source == f"env {name}"
+
+
+@pytest.mark.parametrize("key", ["tensor_parallel_degree", "tensor_parallel_size", "model"])
+def test_properties_aliases(va, model_dir, key):
+    value = "org/some-model" if key == "model" else "4"
+    p = plan(va, model_dir, props=f"engine=Python\noption.{key}={value}\n")
+    flag = "--model" if key == "model" else "--tensor-parallel-size"
+    assert argv_value(p, flag) == value
+
+
+def test_hf_model_id_is_the_model(va, model_dir):
+    p = plan(va, model_dir, {"HF_MODEL_ID": "Qwen/Qwen3-235B-A22B-FP8"})
+    assert argv_value(p, "--model") == "Qwen/Qwen3-235B-A22B-FP8"
+    assert p.model_source == "hub"
+
+
+def test_env_wins_over_file_and_report_says_so(va, model_dir):
+    p = plan(va, model_dir, {"OPTION_MAX_MODEL_LEN": "512"}, props="option.max_model_len=1024\n")
+    assert argv_value(p, "--max-model-len") == "512"
+    text = "\n".join(launcher.report(p))
+    assert "env OPTION_MAX_MODEL_LEN overrides" in text and "serving.properties:1 (max_model_len=1024)" in text
+
+
+def test_file_wins_over_default(va, model_dir):
+    p = plan(va, model_dir, props="option.port=7000\n")
+    assert argv_value(p, "--port") == "7000"
+    assert p.settings["port"].overridden[0].source == "default"
+
+
+def test_option_name_beats_tgi_name(va, model_dir):
+    p = plan(va, model_dir, {"SM_NUM_GPUS": "8", "OPTION_TENSOR_PARALLEL_DEGREE": "2"})
+    assert argv_value(p, "--tensor-parallel-size") == "2"
+    assert [c.source for c in p.settings["tensor_parallel_size"].overridden] == ["env SM_NUM_GPUS"]
+
+
+def test_canonical_key_beats_alias_in_one_file(va, model_dir):
+    p = plan(va, model_dir, props="option.tensor_parallel_degree=2\noption.tensor_parallel_size=4\n")
+    assert argv_value(p, "--tensor-parallel-size") == "4"
+
+
+def test_tp_max_counts_visible_gpus(va, model_dir):
+    p = plan(va, model_dir, {"OPTION_TENSOR_PARALLEL_DEGREE": "max", "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"})
+    assert argv_value(p, "--tensor-parallel-size") == "8"
+
+
+def test_tp_max_without_gpus_is_an_error(va, model_dir):
+    with pytest.raises(cfg.ConfigError, match="tensor_parallel_size from env SM_NUM_GPUS: 'max' needs"):
+        plan(va, model_dir, {"SM_NUM_GPUS": "max", "CUDA_VISIBLE_DEVICES": ""})
+
+
+@pytest.mark.parametrize("raw,expect", [("true", ["--enforce-eager"]), ("TRUE", ["--enforce-eager"]),
+                                        ("1", ["--enforce-eager"]), ("false", ["--no-enforce-eager"]),
+                                        ("no", ["--no-enforce-eager"])])
+def test_booleans_both_ways(va, model_dir, raw, expect):
+    p = plan(va, model_dir, {"OPTION_ENFORCE_EAGER": raw})
+    assert [a for a in p.argv if "enforce-eager" in a] == expect
+
+
+def test_declared_boolean(va, model_dir):
+    p = plan(va, model_dir, {"HF_MODEL_TRUST_REMOTE_CODE": "true", "OPTION_ENABLE_EXPERT_PARALLEL": "false"})
+    assert "--trust-remote-code" in p.argv and "--no-enable-expert-parallel" in p.argv
+
+
+def test_json_and_list_values_pass_through(va, model_dir):
+    p = plan(va, model_dir, {"SM_VLLM_HF_OVERRIDES": '{"rope_theta": 10000}',
+                             "OPTION_SERVED_MODEL_NAME": '["qwen", "default"]',
+                             "OPTION_COMPILATION_CONFIG": '{"mode": 0}'})
+    assert argv_value(p, "--hf-overrides") == '{"rope_theta": 10000}'
+    i = p.argv.index("--served-model-name")
+    assert p.argv[i + 1:i + 3] == ["qwen", "default"]
+    assert argv_value(p, "--compilation-config") == '{"mode": 0}'
+
+
+def test_pass_through_of_an_undeclared_vllm_argument(va, model_dir):
+    p = plan(va, model_dir, {"OPTION_MAX_LOGPROBS": "7"}, props="option.enable_prefix_caching=false\n")
+    assert argv_value(p, "--max-logprobs") == "7"
+    assert "--no-enable-prefix-caching" in p.argv
+    assert p.settings["max_logprobs"].source == "env OPTION_MAX_LOGPROBS"
+
+
+@pytest.mark.parametrize("env,props,match", [
+    ({"OPTION_MAX_MODEL_LENN": "5"}, None, r"max_model_lenn from env OPTION_MAX_MODEL_LENN: unknown setting.*did you mean: max_model_len"),
+    ({}, "option.max_rolling_batch_sise=4\n", r"max_rolling_batch_sise from .*serving.properties:1: unknown.*max_rolling_batch_size"),
+    ({}, "max_model_len=4\n", r"max_model_len from .*serving.properties:1: unknown top-level key.*option.max_model_len"),
+    ({"OPTION_MAX_NUM_SEQS": "abc"}, None, r"max_num_seqs from env OPTION_MAX_NUM_SEQS: 'abc' is not an integer"),
+    ({"OPTION_ENFORCE_EAGER": "maybe"}, None, r"enforce_eager from env OPTION_ENFORCE_EAGER: 'maybe' is not a boolean \(allowed"),
+    ({"SM_VLLM_MOE_BACKEND": "tritn"}, None, r"moe_backend from env SM_VLLM_MOE_BACKEND: .*invalid choice.*'triton'"),
+    ({"OPTION_GPU_MEMORY_UTILIZATION": "most"}, None, r"gpu_memory_utilization from env OPTION_GPU_MEMORY_UTILIZATION: .*invalid float"),
+    ({"SM_VLLM_COMPILATION_CONFIG": "{not json"}, None, r"compilation_config from env SM_VLLM_COMPILATION_CONFIG: .*Invalid JSON"),
+    ({"OPTION_SPECULATIVE_CONFIG": "{bad"}, None, r"speculative_config from env OPTION_SPECULATIVE_CONFIG: .*cannot be converted"),
+    ({"OPTION_ROLLING_BATCH": "lmi-dist"}, None, r"rolling_batch from env OPTION_ROLLING_BATCH: 'lmi-dist' is not supported"),
+    ({"OPTION_MODEL_ID": "/no/such/folder"}, None, r"model_id from env OPTION_MODEL_ID: local folder /no/such/folder does not exist"),
+])
+def test_errors_name_key_source_and_what_is_allowed(va, model_dir, env, props, match):
+    with pytest.raises(cfg.ConfigError, match=match):
+        plan(va, model_dir, env, props)
+
+
+def test_secrets_are_masked_and_kept_off_argv(va, model_dir):
+    p = plan(va, model_dir, {"HF_TOKEN": "hf_SECRET123", "OPTION_API_KEY": "sk-SECRET456"})
+    shown = "\n".join(launcher.report(p)) + launcher.command_line(p)
+    assert "SECRET" not in shown
+    assert "hf_SECRET123" not in p.argv
+    assert p.env["HF_TOKEN"] == "hf_SECRET123"  # the engine still gets it, through its environment
+
+
+def test_model_sources(va, model_dir, tmp_path):
+    assert plan(va, model_dir).model_source == "embedded"
+    (model_dir / "config.json").write_text("{}")
+    p = plan(va, model_dir)
+    assert (p.model_source, p.model_path) == ("model-dir", str(model_dir))
+    local = tmp_path / "local"
+    local.mkdir()
+    p = plan(va, model_dir, {"OPTION_MODEL_ID": str(local)})
+    assert (p.model_source, p.model_path) == ("local", str(local))
+    p = plan(va, model_dir, {"HF_MODEL_ID": "s3://bucket/models/qwen", "SERVING_DOWNLOAD_DIR": str(tmp_path / "dl")})
+    assert (p.model_source, p.s3_url, p.model_path) == ("s3", "s3://bucket/models/qwen", str(tmp_path / "dl"))
+
+
+def test_engine_command_shape(va, model_dir):
+    p = plan(va, model_dir)
+    assert p.argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+    assert argv_value(p, "--port") == "8080" and argv_value(p, "--host") == "0.0.0.0"
+    assert argv_value(p, "--middleware") == launcher.LMI_MIDDLEWARE
+    assert p.env["VLLM_TUNED_CONFIG_FOLDER"] == str(ROOT / "configs")
+
+
+def test_every_declared_flag_exists_in_installed_vllm(va):
+    for s in SETTINGS:
+        if s.flag:
+            assert va.flag_for(s.flag.lstrip("-").replace("-", "_")) == s.flag, s.key
+
+
+def test_readme_settings_table_matches_the_settings_model():
+    readme = (ROOT / "README.md").read_text()
+    assert markdown_table() in readme, "README's settings table is stale: paste serving.settings.markdown_table()"
+
+
+def _dry_run(env_extra, tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPTION_", "SM_VLLM_", "HF_"))}
+    env.update({"SERVING_MODEL_DIR": str(tmp_path), **env_extra})
+    return subprocess.run([sys.executable, "-m", "serving", "--dry-run"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_dry_run_prints_sources_and_the_exact_command(tmp_path):
+    r = _dry_run({"OPTION_MAX_ROLLING_BATCH_SIZE": "24", "HF_TOKEN": "hf_DRYRUNSECRET"}, tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.strip().splitlines()
+    assert "setting max_num_seqs=24  [env OPTION_MAX_ROLLING_BATCH_SIZE; vLLM --max-num-seqs]" in out
+    assert "setting hf_token=****  [env HF_TOKEN; launcher]" in out
+    assert "DRYRUNSECRET" not in r.stdout + r.stderr
+    last = shlex.split(out[-1])
+    assert last[1:3] == ["-m", "vllm.entrypoints.openai.api_server"] and "--max-num-seqs" in last
+
+
+def test_bad_value_stops_with_exit_2_and_one_line(tmp_path):
+    r = _dry_run({"OPTION_MAX_NUM_SEQS": "lots", "HF_TOKEN": "hf_NOTPRINTED"}, tmp_path)
+    assert r.returncode == 2
+    errors = [l for l in r.stderr.splitlines() if l.startswith("configuration error")]
+    assert errors == ["configuration error: max_num_seqs from env OPTION_MAX_NUM_SEQS: 'lots' is not an integer"]
+    assert "NOTPRINTED" not in r.stdout + r.stderr
