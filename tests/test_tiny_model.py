@@ -1,0 +1,76 @@
+"""The project's own tiny Qwen3-MoE maker: tokenizer round-trip, TP-friendly shapes, the FP8 checkpoint format."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from serving.tiny_model import TinySpec, ensure, make
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def bf16_model(tmp_path_factory):
+    return make(tmp_path_factory.mktemp("m") / "tiny", TinySpec(layers=1))
+
+
+def test_tokenizer_round_trips_any_text(bf16_model):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(bf16_model))
+    text = "Grüße, 世界! tabs\tand\nnewlines"
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    assert len(ids) == len(text.encode())  # one token per byte
+    assert tok.decode(ids) == text
+    chat = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
+    assert chat == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    assert tok.eos_token == "<|im_end|>"
+
+
+def test_config_is_a_qwen3_moe(bf16_model):
+    from transformers import AutoConfig
+
+    c = AutoConfig.from_pretrained(str(bf16_model))
+    assert c.model_type == "qwen3_moe" and c.num_experts == 8 and c.num_experts_per_tok == 2
+
+
+def test_ensure_reuses_an_identical_model(bf16_model):
+    stamp = (bf16_model / "model.safetensors").stat().st_mtime_ns
+    ensure(bf16_model, TinySpec(layers=1))
+    assert (bf16_model / "model.safetensors").stat().st_mtime_ns == stamp
+
+
+def test_fp8_checkpoint_format(tmp_path):
+    import torch
+    from safetensors.torch import load_file
+    from vllm.model_executor.layers.quantization.fp8 import Fp8Config
+
+    out = tmp_path / "fp8"
+    r = subprocess.run([sys.executable, "-m", "serving.tiny_model", "--out", str(out), "--fp8", "--layers", "1",
+                        "--experts", "16", "--tp-friendly", "8"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    cfg = json.loads((out / "config.json").read_text())
+    q = Fp8Config.from_config(cfg["quantization_config"])  # vLLM's own parser of the section
+    assert q.is_checkpoint_fp8_serialized and q.weight_block_size is None  # per-tensor
+    state = load_file(str(out / "model.safetensors"))
+    experts = [k for k in state if ".mlp.experts." in k and k.endswith("_proj.weight")]
+    assert len(experts) == 16 * 3
+    for k in experts + ["model.layers.0.self_attn.q_proj.weight"]:
+        assert state[k].dtype == torch.float8_e4m3fn, k
+        scale = state[k[: -len("weight")] + "weight_scale"]
+        assert scale.dtype == torch.float32 and scale.numel() == 1
+        # Dequantized weights are finite and the scale uses the FP8 range.
+        w = state[k].float() * scale
+        assert torch.isfinite(w).all() and state[k].float().abs().max() > 200
+    assert state["model.layers.0.mlp.gate.weight"].dtype == torch.bfloat16  # the router stays unquantized
+    assert state["lm_head.weight"].dtype == torch.bfloat16
+
+
+def test_tp_friendly_check_rejects_indivisible_shapes(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "serving.tiny_model", "--out", str(tmp_path / "x"), "--experts", "6",
+                        "--top-k", "2", "--tp-friendly", "8"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "--experts=6 is not divisible by --tp-friendly=8" in r.stderr
