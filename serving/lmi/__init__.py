@@ -1,0 +1,1 @@
+"""LMI/TGI request bodies on SageMaker's /invocations, inside vLLM's own HTTP server."""

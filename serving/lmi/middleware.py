@@ -1,0 +1,215 @@
+"""ASGI middleware vLLM loads with `--middleware serving.lmi.middleware.LMIMiddleware`.
+
+It sits in front of vLLM's own app and only touches `POST /invocations` (and the lifespan):
+- enforces the request size limit (SERVING_MAX_REQUEST_BYTES, default 6 MiB, SageMaker's
+  real-time payload limit) on every body kind;
+- an LMI/TGI body (`{"inputs": ...}`) is validated, turned into a completion request and
+  served in-process by vLLM's own completion handler (app.state.openai_serving_completion):
+  no second HTTP hop, no re-serialisation of the request;
+- any other body (OpenAI chat `messages` / completion `prompt`) goes on to vLLM unchanged,
+  so it is answered exactly as vLLM answers it (SSE when streaming).
+On the lifespan it starts the engine watch that ends the process non-zero if the engine dies.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+
+from . import schema, stream, translate
+from .engine_watch import EngineWatch
+from .errors import LMIError, send_error, send_json
+
+log = logging.getLogger("vllm.lmi")
+
+LIMIT_ENV = "SERVING_MAX_REQUEST_BYTES"
+DEFAULT_MAX_REQUEST_BYTES = 6 * 1024 * 1024
+ADAPTER_HEADER = b"x-amzn-sagemaker-adapter-identifier"  # SageMaker's LoRA adapter header
+
+
+def max_request_bytes(env=os.environ) -> int:
+    raw = env.get(LIMIT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_MAX_REQUEST_BYTES
+    try:
+        n = int(raw)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError(f"{LIMIT_ENV}={raw!r}: must be a positive integer number of bytes")
+    return n
+
+
+class _ClientGone(Exception):
+    pass
+
+
+class LMIMiddleware:
+    def __init__(self, app) -> None:
+        self.app = app
+        self.max_bytes = max_request_bytes()
+        self.watch: EngineWatch | None = None
+
+    async def __call__(self, scope, receive, send):
+        kind = scope["type"]
+        if kind == "http" and scope["path"] == "/invocations" and scope["method"] == "POST":
+            await self._invocations(scope, receive, send)
+        elif kind == "lifespan":
+            await self.app(scope, self._lifespan_receive(scope, receive), self._lifespan_send(scope, send))
+        else:
+            await self.app(scope, receive, send)
+
+    # -- lifespan: engine watch -------------------------------------------------------------
+
+    def _lifespan_send(self, scope, send):
+        async def wrapped(message):
+            if message["type"] == "lifespan.startup.complete":
+                client = getattr(scope["app"].state, "engine_client", None)
+                if client is not None:
+                    self.watch = EngineWatch(client)
+                    self.watch.start()
+            await send(message)
+        return wrapped
+
+    def _lifespan_receive(self, scope, receive):
+        async def wrapped():
+            message = await receive()
+            if message["type"] == "lifespan.shutdown" and self.watch is not None:
+                # vLLM's own watchdog stops the server when the engine dies; exit non-zero then.
+                if self.watch.engine_died():
+                    self.watch.exit_now()
+                self.watch.stop()
+            return message
+        return wrapped
+
+    # -- /invocations -----------------------------------------------------------------------
+
+    async def _invocations(self, scope, receive, send):
+        try:
+            body = await self._read_body(scope, receive)
+        except _ClientGone:
+            return
+        except LMIError as e:
+            # Tell the client (and uvicorn) this connection is done: the rest of the body is unread.
+            await send_json(send, e.status, e.body(), [(b"connection", b"close")])
+            return
+        try:
+            doc = json.loads(body)
+        except ValueError as e:  # JSONDecodeError and bad UTF-8 alike
+            what = "empty" if not body.strip() else f"not valid JSON ({e})"
+            await send_error(send, LMIError(f"body: the request body is {what}; send a JSON object", "body", 400))
+            return
+        if not schema.is_lmi_body(doc):
+            await self.app(scope, _replay(body, receive), send)
+            return
+        try:
+            await self._lmi(scope, receive, send, doc)
+        except LMIError as e:
+            await send_error(send, e)
+        except _ClientGone:
+            pass
+        except Exception as e:  # never echo the body: it may hold secrets
+            log.exception("LMI request failed")
+            await send_error(send, LMIError(f"internal error ({type(e).__name__})", None, 500))
+
+    async def _read_body(self, scope, receive) -> bytes:
+        limit = self.max_bytes
+        for name, value in scope["headers"]:
+            if name == b"content-length" and value.isdigit() and int(value) > limit:
+                raise _too_large(int(value), limit)
+        parts, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise _ClientGone()
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise _too_large(size, limit, at_least=True)
+            parts.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(parts)
+
+    async def _lmi(self, scope, receive, send, doc) -> None:
+        from starlette.requests import Request
+        from starlette.responses import StreamingResponse
+        from vllm.entrypoints.openai.completion.protocol import CompletionRequest, CompletionResponse
+        from vllm.entrypoints.serve.engine.protocol import ErrorResponse
+
+        req = schema.parse(doc)
+        handler = getattr(scope["app"].state, "openai_serving_completion", None)
+        if handler is None:
+            raise LMIError("inputs: this model does not generate text, so LMI bodies cannot be served; "
+                           "use the body kind its task takes", "inputs")
+        adapter = next((v.decode("latin-1") for k, v in scope["headers"] if k == ADAPTER_HEADER), None)
+        fields = translate.to_completion(req, handler.model_config.max_model_len, adapter)
+        try:
+            creq = CompletionRequest.model_validate(fields)
+        except Exception as e:  # vLLM's own checks on the translated values
+            raise translate.vllm_error(_first_line(e), getattr(e, "parameter", None), 400) from None
+        raw_request = Request(scope, receive)
+
+        if req.stream:
+            result = await handler.create_completion(creq, raw_request)
+            if isinstance(result, ErrorResponse):
+                raise translate.vllm_error(result.error.message, result.error.param, result.error.code)
+            response = StreamingResponse(stream.jsonlines(req, result), media_type=stream.MEDIA_TYPE)
+            await response(scope, receive, send)
+            return
+
+        result = await _unless_disconnected(handler.create_completion(creq, raw_request), receive)
+        if isinstance(result, ErrorResponse):
+            raise translate.vllm_error(result.error.message, result.error.param, result.error.code)
+        if not isinstance(result, CompletionResponse):
+            raise LMIError(f"internal error (unexpected {type(result).__name__})", None, 500)
+        tokenizer = getattr(getattr(handler, "renderer", None), "tokenizer", None)
+        decode = (lambda tid: tokenizer.decode([tid])) if tokenizer is not None else None
+        out = translate.from_completion(req, result, decode)
+        await send_json(send, 200, json.dumps(out, ensure_ascii=False).encode())
+
+
+def _too_large(size: int, limit: int, at_least: bool = False) -> LMIError:
+    got = f"more than {limit}" if at_least else str(size)
+    return LMIError(f"body: the request body is {got} bytes; the limit is {limit} bytes "
+                    f"(set {LIMIT_ENV} to change it)", "body", 413)
+
+
+def _first_line(e: Exception) -> str:
+    import pydantic
+    if isinstance(e, pydantic.ValidationError):
+        err = e.errors(include_url=False)[0]
+        return f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}"
+    return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
+def _replay(body: bytes, receive):
+    """A receive() that hands the already-read body to vLLM, then the real connection events."""
+    sent = False
+
+    async def replay():
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+    return replay
+
+
+async def _unless_disconnected(coro, receive):
+    """Await the handler, cancelling it (so vLLM aborts the request) if the client goes away."""
+    work = asyncio.ensure_future(coro)
+
+    async def disconnected():
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+    watcher = asyncio.ensure_future(disconnected())
+    try:
+        done, _ = await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+    if work in done:
+        return work.result()
+    work.cancel()
+    raise _ClientGone()
