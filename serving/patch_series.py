@@ -37,6 +37,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import py_compile
 import re
 import sys
 import tempfile
@@ -332,7 +333,14 @@ class Tree:
 
     def write(self) -> None:
         for rel in sorted(self.changed):
-            _atomic_write(self.path(rel), self.text(rel))
+            path = self.path(rel)
+            _atomic_write(path, self.text(rel))
+            # Fresh bytecode now, so a read-only site-packages (non-root
+            # runtime user) does not recompile these modules at every start.
+            try:
+                py_compile.compile(str(path), doraise=True)
+            except (OSError, py_compile.PyCompileError):
+                pass
         self.changed.clear()
 
 
@@ -415,7 +423,8 @@ def inspect_patch(tree: Tree, patch: Patch) -> PatchState:
             failures.append(
                 f"{fd.path}: hunk #{bad.number} (at line {bad.old_start}) does "
                 "not match; the file differs from the release this series was "
-                "made for")
+                "made for (after an older version of this series, reinstall "
+                "vLLM first)")
     if failures:
         raise PatchSeriesError(
             f"patch {patch.name} does not apply:\n  " + "\n  ".join(failures))
@@ -681,10 +690,12 @@ def apply_series(target: Path | str | None = None,
     tree.write()  # only now, after every patch and check passed in memory
     for patch, result in results:
         log(f"{patch.name}: {result}")
-    log(f"swap-AB (upstream, not patched): present; fires for decode M="
-        f"{swap_ab['decode_batch_sizes'][0]}..{swap_ab['decode_batch_sizes'][1]} in "
-        f"{len(swap_ab['configs_checked'])} H200 fp8 config(s)"
-        + ("" if swap_ab["configs_checked"] else " (none in configs dir)"))
+    low, high = swap_ab["decode_batch_sizes"]
+    log(f"swap-AB (upstream, not patched): present; fires for decode M={low}..{high}"
+        f" in {len(swap_ab['configs_checked'])} H200 fp8 config(s) of {configs_dir}"
+        if swap_ab["configs_checked"] else
+        f"swap-AB (upstream, not patched): present; no H200 fp8 configs in "
+        f"{configs_dir} to check")
 
     record = {
         "record_format": RECORD_FORMAT,
