@@ -37,6 +37,10 @@ from vllm.model_executor.layers.fused_moe.config import (
     RoutingMethodType,
 )
 from vllm.model_executor.layers.quantization.fp8 import Fp8Config, Fp8MoEMethod
+from vllm.model_executor.layers.quantization.modelopt import (
+    ModelOptFp8Config,
+    ModelOptFp8MoEMethod,
+)
 from vllm.model_executor.layers.quantization.utils import quant_utils as qu
 from vllm.platforms.interface import DeviceCapability, Platform, PlatformEnum
 
@@ -130,7 +134,15 @@ def run(scenario: dict) -> dict:
                      scenario.get("backend", "auto"))
     out: dict = {}
     fresh_logs()
-    if "fp8_config" in scenario:
+    if "modelopt_fp8_config" in scenario:
+        # ModelOpt FP8 checkpoints (e.g. the one vllm PR #50040 measured)
+        try:
+            method = ModelOptFp8MoEMethod(
+                ModelOptFp8Config(**scenario["modelopt_fp8_config"]), cfg)
+            out["selected"] = method.fp8_backend.value
+        except Exception as e:
+            out["selected"] = f"error: {type(e).__name__}: {e}"
+    elif "fp8_config" in scenario:
         # The real quantization method derives the keys and calls the oracle.
         try:
             method = Fp8MoEMethod(Fp8Config(**scenario["fp8_config"]),

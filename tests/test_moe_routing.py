@@ -54,6 +54,12 @@ SCENARIOS = {
     "fp8_config_block": {"fp8_config": {"is_checkpoint_fp8_serialized": True,
                                         "activation_scheme": "dynamic",
                                         "weight_block_size": [128, 128]}},
+    "modelopt_fp8_tp": {"modelopt_fp8_config": {
+        "quant_method": "FP8", "is_checkpoint_fp8_serialized": True,
+        "kv_cache_quant_method": None, "exclude_modules": []}},
+    "modelopt_fp8_ep": {"ep": 2, "modelopt_fp8_config": {
+        "quant_method": "FP8", "is_checkpoint_fp8_serialized": True,
+        "kv_cache_quant_method": None, "exclude_modules": []}},
 }
 
 
@@ -155,3 +161,11 @@ def test_real_fp8_method_routes_per_tensor_to_triton(results):
     assert any("TRITON preferred" in m for m in _lmi_log(patched["fp8_config_per_tensor"]))
     assert patched["fp8_config_block"]["selected"] == pristine["fp8_config_block"]["selected"]
     assert _lmi_log(patched["fp8_config_block"]) == []
+
+
+def test_real_modelopt_fp8_method_routes_per_tensor_to_triton(results):
+    patched, pristine = results
+    assert patched["modelopt_fp8_tp"]["selected"] == "TRITON"
+    assert any("TRITON preferred" in m for m in _lmi_log(patched["modelopt_fp8_tp"]))
+    assert any("expert parallelism keeps" in m for m in _lmi_log(patched["modelopt_fp8_ep"]))
+    assert patched["modelopt_fp8_ep"]["selected"] == pristine["modelopt_fp8_ep"]["selected"]
