@@ -18,10 +18,10 @@ from .settings import BY_ENV, BY_FLAG, BY_KEY, SECRET_ENV, Setting, SettingValue
 
 DEFAULT_MODEL_DIR = "/opt/ml/model"
 PROPERTIES_FILE = "serving.properties"
-# Top-level (non-option) serving.properties keys LMI users carry; accepted and ignored.
-IGNORED_TOP_LEVEL = {"engine": "this container always runs vLLM's Python engine"}
-# LMI option keys that ask for this container's own behaviour; allowed values only.
-ROLLING_BATCH_OK = ("vllm", "auto")
+# Top-level (non-option) serving.properties keys LMI users write; read as the option of the same name.
+TOP_LEVEL_KEYS = ("engine",)
+# LMI keys that ask for this container's own behaviour: the values it can honour.
+ALLOWED = {"rolling_batch": ("vllm", "auto"), "engine": ("python",)}
 
 
 class ConfigError(Exception):
@@ -83,8 +83,8 @@ def read_properties(path: Path) -> list[tuple[str, str, str]]:
         src = f"{path}:{n}"
         if key.startswith("option."):
             out.append((key[len("option."):], raw, src))
-        elif key in IGNORED_TOP_LEVEL:
-            continue
+        elif key in TOP_LEVEL_KEYS:
+            out.append((key, raw, src))
         else:
             raise ConfigError(key, src, "unknown top-level key; engine settings are written option.<key>=<value>",
                               suggestions=[f"option.{key}"])
@@ -141,9 +141,9 @@ def resolve(env: Mapping[str, str] | None = None, vllm_args=None) -> dict[str, R
                 value = setting.parse(win.raw)
             except SettingValueError as e:
                 raise ConfigError(key, win.source, str(e)) from None
-            if key == "rolling_batch" and str(value).lower() not in ROLLING_BATCH_OK:
+            if key in ALLOWED and str(value).lower() not in ALLOWED[key]:
                 raise ConfigError(key, win.source, f"{value!r} is not supported here; allowed: "
-                                  f"{', '.join(ROLLING_BATCH_OK)} (this container always runs vLLM)")
+                                  f"{', '.join(ALLOWED[key])} (this container always runs vLLM)")
             out[key] = Resolved(key, win.raw, value, win.source, setting=setting, flag=setting.flag,
                                 overridden=losers)
             continue

@@ -111,6 +111,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("host", "Address to listen on.", default="0.0.0.0", flag="--host"),
     Setting("hf_token", "Hub token for gated models; passed to vLLM in the environment, never printed.",
             env=("HUGGING_FACE_HUB_TOKEN", "HF_TOKEN"), secret=True),
+    Setting("engine", "LMI's engine; this container runs vLLM in Python (accepted: Python). serving.properties may "
+            "write it top-level (engine=Python).", parse=parse_str),
     Setting("rolling_batch", "LMI's batching engine; this container always runs vLLM (accepted: vllm, auto).",
             parse=parse_str),
     Setting("download_dir", "Where an s3:// model is downloaded (default: a folder under the cache directory).",

@@ -80,6 +80,12 @@ def test_properties_aliases(va, model_dir, key):
     assert argv_value(p, flag) == value
 
 
+def test_lmi_engine_line_is_accepted(va, model_dir):
+    p = plan(va, model_dir, {"OPTION_ENGINE": "Python"}, props="engine=Python\noption.rolling_batch=vllm\n")
+    assert p.settings["engine"].source == "env OPTION_ENGINE"
+    assert not any("engine" in a or "rolling" in a for a in p.argv[3:])
+
+
 def test_hf_model_id_is_the_model(va, model_dir):
     p = plan(va, model_dir, {"HF_MODEL_ID": "Qwen/Qwen3-235B-A22B-FP8"})
     assert argv_value(p, "--model") == "Qwen/Qwen3-235B-A22B-FP8"
@@ -160,6 +166,7 @@ def test_pass_through_of_an_undeclared_vllm_argument(va, model_dir):
     ({"OPTION_GPU_MEMORY_UTILIZATION": "most"}, None, r"gpu_memory_utilization from env OPTION_GPU_MEMORY_UTILIZATION: .*invalid float"),
     ({"SM_VLLM_COMPILATION_CONFIG": "{not json"}, None, r"compilation_config from env SM_VLLM_COMPILATION_CONFIG: .*Invalid JSON"),
     ({"OPTION_SPECULATIVE_CONFIG": "{bad"}, None, r"speculative_config from env OPTION_SPECULATIVE_CONFIG: .*cannot be converted"),
+    ({}, "engine=MPI\n", r"engine from .*serving.properties:1: 'MPI' is not supported here; allowed: python"),
     ({"OPTION_ROLLING_BATCH": "lmi-dist"}, None, r"rolling_batch from env OPTION_ROLLING_BATCH: 'lmi-dist' is not supported"),
     ({"OPTION_MODEL_ID": "/no/such/folder"}, None, r"model_id from env OPTION_MODEL_ID: local folder /no/such/folder does not exist"),
 ])
