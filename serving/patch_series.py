@@ -437,6 +437,17 @@ def inspect_patch(tree: Tree, patch: Patch) -> PatchState:
     return PatchState(patch, "pending", applies)
 
 
+def _inspect(tree: Tree, patch: Patch, record: dict | None) -> PatchState:
+    try:
+        return inspect_patch(tree, patch)
+    except PatchSeriesError as e:
+        earlier = {p.get("name"): p.get("sha256") for p in (record or {}).get("patches", [])}
+        if earlier.get(patch.name) not in (None, patch.sha256):
+            e.args = (f"{e}\n  the record {tree.root / RECORD_NAME} shows another "
+                      f"version of {patch.name} applied: reinstall vLLM, then apply",)
+        raise
+
+
 # --------------------------------------------------------------------------
 # Post-conditions
 # --------------------------------------------------------------------------
@@ -673,9 +684,10 @@ def apply_series(target: Path | str | None = None,
     series = load_series(patches_dir)
     version = check_version(target, series)
     tree = Tree(target)
+    old = read_record(target)
     results = []
     for patch in series.patches:
-        st = inspect_patch(tree, patch)
+        st = _inspect(tree, patch, old)
         for rel, lines in st.forward.items():
             tree.set_lines(rel, lines)
         results.append((patch, "applied" if st.state == "pending" else "already-applied"))
@@ -712,7 +724,6 @@ def apply_series(target: Path | str | None = None,
         "files_changed": [r.split("/", 1)[1] for r in changed],
         "swap_ab": swap_ab,
     }
-    old = read_record(target)
     if not changed and _record_identity(old) == _record_identity(record):
         log(f"{target}: already patched; nothing changed")
         return old  # type: ignore[return-value]
@@ -731,10 +742,11 @@ def check_series(target: Path | str | None = None,
     series = load_series(patches_dir)
     check_version(target, series)
     tree = Tree(target)
+    record = read_record(target)
     problems = []
     for patch in series.patches:
         try:
-            st = inspect_patch(tree, patch)
+            st = _inspect(tree, patch, record)
         except PatchSeriesError as e:
             problems.append(str(e))
             continue
@@ -748,7 +760,6 @@ def check_series(target: Path | str | None = None,
         log("swap-AB (upstream): present and fires for the H200 fp8 configs")
     except PatchSeriesError as e:
         problems.append(str(e))
-    record = read_record(target)
     want = [(p.name, p.sha256) for p in series.patches]
     if record is None:
         problems.append(f"no record {target / RECORD_NAME}")
