@@ -1,0 +1,403 @@
+"""Build and run the CPU flavour of the project's Dockerfile without a Docker engine (buildah).
+
+    python3 tests/image_build.py patches      # the PATCHES build arg (from patches/series)
+    python3 tests/image_build.py tools        # apt-get install buildah debootstrap if missing
+    python3 tests/image_build.py base         # make the local Debian base image (cached)
+    python3 tests/image_build.py build [TAG]  # build the CPU flavour of ./Dockerfile
+    python3 tests/image_build.py clean [--all] # remove what this made (--all: the base and caches too)
+
+tests/test_image.py (`make image-test`) drives the same functions: tools, base, build, a
+container with the embedded tiny model, smoke checks, cleanup.
+
+How it works on a machine with no Docker engine and no image registry:
+- base: `debootstrap --variant=minbase` makes a Debian bookworm root with python3, venv and CA
+  certificates from the Debian mirror named in this machine's apt sources; buildah commits it
+  as localhost/lmi-base:bookworm (buildah 1.28 has no `import`: from scratch, mount, copy,
+  commit). Made once; later runs reuse it.
+- build: `buildah bud --storage-driver vfs --isolation chroot --format docker` of the real
+  Dockerfile with the CPU build arguments. RUN steps share the host network. Where this host's
+  pip finds wheels in local folders (find-links; torch 2.13.0+cpu is one) or trusts an extra
+  CA certificate, those are mounted into the build read-only (`-v`) and named in
+  PIP_INSTALL_OPTS; they are never copied into the image. pip's download cache is a host
+  folder mounted into the build, so a rebuild downloads nothing.
+- run: `buildah run --isolation chroot` of the image's own ENTRYPOINT + CMD, as the image's
+  user, on the host network (OPTION_HOST=127.0.0.1, OPTION_PORT=<free port>).
+
+Storage: buildah's vfs driver copies whole layers; the built image is about 4 GB and the
+working container another copy while it runs. Everything but the base and the caches is
+removed afterwards.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BASE_IMAGE = "localhost/lmi-base:bookworm"
+TEST_IMAGE = "localhost/lmi-fp8-moe:cpu-test"
+SUITE = "bookworm"
+BUILDAH = ["buildah", "--storage-driver", "vfs"]
+# Host-side caches: the debootstrap root is not kept, pip's downloads are.
+CACHE = Path(os.environ.get("LMI_IMAGE_TEST_CACHE") or Path.home() / ".cache" / "lmi-image-test")
+# The CPU flavour: these build arguments, and nothing else, differ from the GPU image.
+CPU_BUILD_ARGS = {
+    "BASE_IMAGE": BASE_IMAGE,
+    "REQUIREMENTS": "requirements/cpu.txt",
+}
+
+
+def log(msg: str) -> None:
+    print(f"[image] {time.strftime('%H:%M:%S')} {msg}", file=sys.stderr, flush=True)
+
+
+def sh(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+    log("$ " + shlex.join(cmd))
+    return subprocess.run(cmd, check=True, **kw)
+
+
+def out(cmd: list[str]) -> str:
+    return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# Build arguments derived from the repository
+# ---------------------------------------------------------------------------------------------
+
+def series_patches() -> str:
+    """The PATCHES build arg: patch names of patches/series (without .patch), comma-separated."""
+    sys.path.insert(0, str(ROOT))
+    from serving.patch_series import load_series
+
+    return ",".join(p.name.removesuffix(".patch") for p in load_series(ROOT / "patches").patches)
+
+
+def series_vllm_version() -> str:
+    sys.path.insert(0, str(ROOT))
+    from serving.patch_series import load_series
+
+    return load_series(ROOT / "patches").vllm_version
+
+
+def vcs_ref() -> str:
+    try:
+        ref = out(["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"]).strip()
+        dirty = subprocess.run(["git", "-C", str(ROOT), "diff", "--quiet", "HEAD"]).returncode
+        return ref + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+# ---------------------------------------------------------------------------------------------
+# Tools and the base image
+# ---------------------------------------------------------------------------------------------
+
+def ensure_tools() -> None:
+    missing = [t for t in ("buildah", "debootstrap") if shutil.which(t) is None]
+    if not missing:
+        return
+    if os.geteuid() != 0:
+        raise RuntimeError(f"{', '.join(missing)} missing; install with: apt-get install -y buildah debootstrap")
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    sh(["apt-get", "update", "-q"], env=env)
+    sh(["apt-get", "install", "-y", "-q", "buildah", "debootstrap"], env=env)
+
+
+def _apt_sources() -> list[tuple[list[str], list[str]]]:
+    """(URIs, suites) of every deb entry in this machine's apt sources (one-line and deb822)."""
+    entries = []
+    src = Path("/etc/apt")
+    files = [src / "sources.list"] + sorted((src / "sources.list.d").glob("*.list"))
+    for f in files:
+        if not f.is_file():
+            continue
+        for line in f.read_text(errors="replace").splitlines():
+            line = re.sub(r"\[[^]]*\]", " ", line.split("#", 1)[0]).split()
+            if len(line) >= 3 and line[0] == "deb":
+                entries.append(([line[1]], [line[2]]))
+    for f in sorted((src / "sources.list.d").glob("*.sources")):
+        for stanza in re.split(r"\n\s*\n", f.read_text(errors="replace")):
+            fields: dict[str, str] = {}
+            for line in stanza.splitlines():
+                if line.startswith("#") or ":" not in line or line[:1].isspace():
+                    continue
+                k, v = line.split(":", 1)
+                fields[k.strip().lower()] = v.strip()
+            if "deb" in fields.get("types", "").split() and fields.get("enabled", "yes") != "no":
+                entries.append((fields.get("uris", "").split(), fields.get("suites", "").split()))
+    return entries
+
+
+def debian_mirror(suite: str = SUITE) -> str:
+    """The Debian mirror this machine's apt uses for `suite` (read at run time, never hard-coded)."""
+    for uris, suites in _apt_sources():
+        if suite in suites:
+            for uri in uris:
+                if "security" not in uri:
+                    return uri.rstrip("/")
+    raise RuntimeError(f"no apt source for Debian {suite} in /etc/apt; cannot debootstrap")
+
+
+def image_exists(name: str) -> bool:
+    return subprocess.run(BUILDAH + ["inspect", "--type", "image", name],
+                          capture_output=True).returncode == 0
+
+
+def ensure_base(name: str = BASE_IMAGE, rebuild: bool = False) -> None:
+    """Debian bookworm minbase + python3 + venv + CA certificates, committed as `name` (cached)."""
+    if image_exists(name) and not rebuild:
+        log(f"base image {name} present (cached)")
+        return
+    mirror = debian_mirror()
+    CACHE.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="debootstrap-", dir=CACHE))
+    rootfs = work / "rootfs"
+    ctr = None
+    try:
+        sh(["debootstrap", "--variant=minbase", "--include=python3,python3-venv,ca-certificates",
+            SUITE, str(rootfs), mirror], stdout=subprocess.DEVNULL)
+        # debootstrap leaves the host's resolv.conf/hostname decisions to the runtime.
+        ctr = out(BUILDAH + ["from", "scratch"]).strip()
+        mnt = out(BUILDAH + ["mount", ctr]).strip()
+        sh(["cp", "-a", f"{rootfs}/.", mnt])
+        sh(BUILDAH + ["umount", ctr])
+        sh(BUILDAH + ["config", "--env", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                      "--env", "LANG=C.UTF-8", "--cmd", "/bin/bash",
+                      "--label", f"lmi-fp8-moe.base=debootstrap {SUITE} minbase", ctr])
+        sh(BUILDAH + ["commit", "--rm", "--format", "docker", ctr, name], stdout=subprocess.DEVNULL)
+        ctr = None
+    finally:
+        if ctr:
+            subprocess.run(BUILDAH + ["rm", ctr], capture_output=True)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Building the CPU flavour
+# ---------------------------------------------------------------------------------------------
+
+def _pip_config(key: str) -> list[str]:
+    """A setting of this host's pip (env PIP_<KEY> first, then `pip config`), split on spaces."""
+    env = os.environ.get("PIP_" + key.upper().replace("-", "_"))
+    if env:
+        return env.split()
+    for scope in ("global", "user", "site"):
+        r = subprocess.run([sys.executable, "-m", "pip", "config", "get", f"{scope}.{key}"],
+                           capture_output=True, text=True)
+        if r.returncode == 0 and r.stdout.strip():
+            return r.stdout.split()
+    return []
+
+
+def host_build_inputs() -> tuple[list[str], list[str]]:
+    """(buildah -v options, pip options) that give the build this host's wheel folders and CA."""
+    vols, opts = [], []
+    for i, d in enumerate(p for p in _pip_config("find-links") if not re.match(r"^[a-z]+://", p)):
+        if Path(d).is_dir():
+            vols += ["-v", f"{Path(d).resolve()}:/run/lmi-build/wheels{i}:ro"]
+            opts += ["--find-links", f"/run/lmi-build/wheels{i}"]
+    cert = (_pip_config("cert") or [os.environ.get("SSL_CERT_FILE", "")])[0]
+    if cert and Path(cert).is_file():
+        vols += ["-v", f"{Path(cert).resolve()}:/run/lmi-build/ca.crt:ro"]
+        opts += ["--cert", "/run/lmi-build/ca.crt"]
+    pipcache = CACHE / "pip"
+    pipcache.mkdir(parents=True, exist_ok=True)
+    vols += ["-v", f"{pipcache}:/run/lmi-build/pip-cache"]
+    opts += ["--cache-dir", "/run/lmi-build/pip-cache"]
+    return vols, opts
+
+
+def build_args(pip_opts: list[str] = (), extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Every --build-arg of the CPU flavour: CPU_BUILD_ARGS plus the values derived from the repo."""
+    opts = list(pip_opts)
+    args = dict(CPU_BUILD_ARGS)
+    args.update({"PATCHES": series_patches(), "VLLM_VERSION": series_vllm_version(),
+                 "VCS_REF": vcs_ref(), "PIP_INSTALL_OPTS": " ".join(opts)})
+    args.update(extra or {})
+    return args
+
+
+def build(tag: str = TEST_IMAGE, extra_args: dict[str, str] | None = None, log_path: Path | None = None) -> None:
+    """`buildah bud` the CPU flavour of ./Dockerfile (the build context is the working tree)."""
+    vols, opts = host_build_inputs()
+    cmd = BUILDAH + ["bud", "--isolation", "chroot", "--format", "docker", "--layers=false",
+                     "-f", str(ROOT / "Dockerfile"), "-t", tag] + vols
+    for k, v in build_args(opts, extra_args).items():
+        cmd += ["--build-arg", f"{k}={v}"]
+    cmd.append(str(ROOT))
+    if log_path is None:
+        sh(cmd)
+        return
+    log(f"$ {shlex.join(cmd)}  (log: {log_path})")
+    with open(log_path, "w") as f:
+        r = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT)
+    if r.returncode:
+        raise RuntimeError(f"image build failed ({r.returncode}):\n{log_path.read_text(errors='replace')[-6000:]}")
+
+
+def inspect(name: str) -> dict:
+    return json.loads(out(BUILDAH + ["inspect", "--type", "image", name]))
+
+
+def image_config(name: str) -> dict:
+    """The image's Docker config (Entrypoint, Cmd, Env, User, ExposedPorts, Healthcheck, Labels)."""
+    return inspect(name).get("Docker", {}).get("config", {})
+
+
+# ---------------------------------------------------------------------------------------------
+# Running a container
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class Container:
+    name: str
+    proc: subprocess.Popen
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def exec(self, argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
+        """Run another process in the same container (same root, user and environment)."""
+        return subprocess.run(BUILDAH + ["run", "--isolation", "chroot", self.name, "--"] + argv,
+                              capture_output=True, text=True, timeout=timeout)
+
+    def descendants(self) -> list[int]:
+        return _descendants(self.proc.pid)
+
+    def stop(self, timeout: float = 60) -> int | None:
+        """SIGTERM to the image's PID-1 process (tini), then wait; SIGKILL what is left."""
+        if self.proc.poll() is None:
+            pids = self.descendants()
+            init = _first_with_cmd(pids, "tini") or self.proc.pid
+            _signal(init, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                for pid in [self.proc.pid] + self.descendants():
+                    _signal(pid, signal.SIGKILL)
+                self.proc.wait(10)
+        return self.proc.returncode
+
+    def remove(self) -> None:
+        subprocess.run(BUILDAH + ["rm", self.name], capture_output=True)
+
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            kids += [int(x) for x in (task / "children").read_text().split()]
+        except OSError:
+            pass
+    return kids
+
+
+def _descendants(pid: int) -> list[int]:
+    out_, todo = [], [pid]
+    while todo:
+        for k in _children(todo.pop()):
+            out_.append(k)
+            todo.append(k)
+    return out_
+
+
+def _first_with_cmd(pids: list[int], name: str) -> int | None:
+    for pid in pids:
+        try:
+            argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+        except OSError:
+            continue
+        if os.path.basename(argv0) == name:
+            return pid
+    return None
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def start(image: str, env: dict[str, str], log_path: Path, argv: list[str] | None = None) -> Container:
+    """A container from `image` running its own ENTRYPOINT + CMD (or ENTRYPOINT + argv)."""
+    cfg = image_config(image)
+    entry, cmd = cfg.get("Entrypoint") or [], cfg.get("Cmd") or []
+    name = out(BUILDAH + ["from", "--pull-never", image]).strip()
+    try:
+        if env:
+            opts = []
+            for k, v in env.items():
+                opts += ["--env", f"{k}={v}"]
+            sh(BUILDAH + ["config"] + opts + [name], stdout=subprocess.DEVNULL)
+        full = entry + (cmd if argv is None else argv)
+        log(f"container {name}: {shlex.join(full)} (log: {log_path})")
+        f = open(log_path, "w")
+        proc = subprocess.Popen(BUILDAH + ["run", "--isolation", "chroot", name, "--"] + full,
+                                stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        f.close()
+    except BaseException:
+        subprocess.run(BUILDAH + ["rm", name], capture_output=True)
+        raise
+    return Container(name, proc, log_path)
+
+
+def remove_image(name: str) -> None:
+    subprocess.run(BUILDAH + ["rmi", "-f", name], capture_output=True)
+
+
+def clean(all_: bool = False) -> None:
+    """Remove working containers of our images, the test image; with all_, the base and caches."""
+    names = {TEST_IMAGE} | ({BASE_IMAGE} if all_ else set())
+    try:
+        ctrs = json.loads(out(BUILDAH + ["containers", "--json"]) or "[]")
+    except (subprocess.CalledProcessError, ValueError):
+        ctrs = []
+    for c in ctrs:
+        img = c.get("imagename", "")
+        if any(img.endswith(n.split("/", 1)[1]) for n in names):
+            subprocess.run(BUILDAH + ["rm", c.get("containername") or c.get("id")], capture_output=True)
+    for n in names:
+        remove_image(n)
+    if all_:
+        shutil.rmtree(CACHE, ignore_errors=True)
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0
+    what = argv[0]
+    if what == "patches":
+        print(series_patches())
+    elif what == "tools":
+        ensure_tools()
+    elif what == "base":
+        ensure_tools()
+        ensure_base(rebuild="--rebuild" in argv)
+    elif what == "build":
+        ensure_tools()
+        ensure_base()
+        t0 = time.monotonic()
+        build(argv[1] if len(argv) > 1 else TEST_IMAGE)
+        log(f"built in {time.monotonic() - t0:.0f} s")
+    elif what == "clean":
+        clean(all_="--all" in argv)
+    else:
+        print(__doc__, file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
