@@ -21,6 +21,9 @@ log = logging.getLogger("vllm.lmi")  # a child of vLLM's logger: same handlers a
 
 ENGINE_DEAD_EXIT = 4  # launcher: 2 = configuration error, 3 = model download failed
 POLL_S = 0.25
+# A stop signal sent to the whole process group reaches the EngineCore as early as the API
+# server, so the engine may look dead a moment before vLLM's handler calls shutdown().
+SIGNAL_GRACE_S = 1.0
 CLEANUP_WAIT_S = 5.0
 
 
@@ -54,7 +57,9 @@ class EngineWatch:
         while True:
             await asyncio.sleep(POLL_S)
             if self.engine_died():
-                self.exit_now()
+                await asyncio.sleep(SIGNAL_GRACE_S)
+                if self.engine_died():
+                    self.exit_now()
 
     def exit_now(self) -> None:
         log.error("the engine process died; exiting with status %d so the platform replaces "

@@ -25,6 +25,7 @@ log = logging.getLogger("vllm.lmi")
 
 LIMIT_ENV = "SERVING_MAX_REQUEST_BYTES"
 DEFAULT_MAX_REQUEST_BYTES = 6 * 1024 * 1024
+DRAIN_FACTOR = 4
 ADAPTER_HEADER = b"x-amzn-sagemaker-adapter-identifier"  # SageMaker's LoRA adapter header
 
 
@@ -91,8 +92,10 @@ class LMIMiddleware:
         except _ClientGone:
             return
         except LMIError as e:
-            # Tell the client (and uvicorn) this connection is done: the rest of the body is unread.
-            await send_json(send, e.status, e.body(), [(b"connection", b"close")])
+            # Read (and drop) a moderately oversized body so the client gets the 413 rather
+            # than a reset connection; beyond DRAIN_FACTOR x the limit, just close.
+            drained = await _drain(receive, self.max_bytes * DRAIN_FACTOR)
+            await send_json(send, e.status, e.body(), [] if drained else [(b"connection", b"close")])
             return
         try:
             doc = json.loads(body)
@@ -103,21 +106,29 @@ class LMIMiddleware:
         if not schema.is_lmi_body(doc):
             await self.app(scope, _replay(body, receive), send)
             return
+        started = False
+
+        async def tracked_send(message):
+            nonlocal started
+            started = True
+            await send(message)
+
         try:
-            await self._lmi(scope, receive, send, doc)
-        except LMIError as e:
-            await send_error(send, e)
+            await self._lmi(scope, receive, tracked_send, doc)
         except _ClientGone:
             pass
         except Exception as e:  # never echo the body: it may hold secrets
-            log.exception("LMI request failed")
-            await send_error(send, LMIError(f"internal error ({type(e).__name__})", None, 500))
+            err = e if isinstance(e, LMIError) else _from_exception(e)
+            if started:  # mid-stream: the records already sent are all the client gets
+                log.error("LMI stream failed after it started: %s", type(e).__name__, exc_info=True)
+            else:
+                await send_error(send, err)
 
     async def _read_body(self, scope, receive) -> bytes:
         limit = self.max_bytes
         for name, value in scope["headers"]:
             if name == b"content-length" and value.isdigit() and int(value) > limit:
-                raise _too_large(int(value), limit)
+                raise _too_large(int(value), limit)  # before reading a byte of it
         parts, size = [], 0
         while True:
             message = await receive()
@@ -175,12 +186,36 @@ def _too_large(size: int, limit: int, at_least: bool = False) -> LMIError:
                     f"(set {LIMIT_ENV} to change it)", "body", 413)
 
 
+def _from_exception(e: Exception) -> LMIError:
+    """Classify an exception the way vLLM's own exception handler does, in LMI's shape."""
+    from vllm.entrypoints.serve.exception_handling.error_response import create_error_response
+
+    info = create_error_response(e).error
+    if info.code >= 500:
+        log.error("LMI request failed: %s", type(e).__name__, exc_info=True)
+        return LMIError(f"internal error ({type(e).__name__})", None, info.code)
+    return translate.vllm_error(info.message, info.param, info.code)
+
+
 def _first_line(e: Exception) -> str:
     import pydantic
     if isinstance(e, pydantic.ValidationError):
         err = e.errors(include_url=False)[0]
         return f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}"
     return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
+async def _drain(receive, budget: int) -> bool:
+    """Discard the rest of the request body; False if it is longer than budget."""
+    seen = 0
+    while seen <= budget:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return False
+        seen += len(message.get("body", b""))
+        if not message.get("more_body", False):
+            return True
+    return False
 
 
 def _replay(body: bytes, receive):

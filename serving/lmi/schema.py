@@ -30,7 +30,7 @@ class LMIParameters(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     max_new_tokens: int | None = Field(None, ge=1, description="an integer >= 1 (default 30)")
-    temperature: float | None = Field(None, ge=0, description="a number >= 0 (0 means greedy)")
+    temperature: float | None = Field(None, ge=0, le=2, description="a number in [0, 2] (0 means greedy)")
     top_p: float | None = Field(None, gt=0, le=1, description="a number in (0, 1]")
     top_k: int | None = Field(None, ge=-1, description="an integer >= 1, or 0 / -1 for no limit")
     do_sample: bool | None = _allowed("true or false (false: greedy decoding)")
