@@ -144,9 +144,9 @@ def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
     argv += ["--middleware", LMI_MIDDLEWARE]
 
     engine_env = dict(env)
-    tok = settings.get("hf_token")
-    if tok is not None:
-        engine_env["HF_TOKEN"] = str(tok.value)
+    for r in settings.values():
+        if r.setting is not None and r.setting.engine_env:
+            engine_env[r.setting.engine_env] = str(r.value)
     if CONFIGS_DIR.is_dir() and "VLLM_TUNED_CONFIG_FOLDER" not in env:
         engine_env["VLLM_TUNED_CONFIG_FOLDER"] = str(CONFIGS_DIR)
     # The middleware module must import inside the engine process wherever it was started from.

@@ -60,7 +60,9 @@ class Setting:
     flag: str | None = None            # vLLM OpenAI-server flag; None: the launcher uses it itself
     aliases: tuple[str, ...] = ()      # other option keys (LMI names) for the same setting
     env: tuple[str, ...] = ()          # environment names of other conventions (TGI/HF), weakest first
-    secret: bool = False               # never printed; delivered through the environment, not argv
+    secret: bool = False               # never printed
+    engine_env: str | None = None      # handed to the engine in this environment variable (secrets: never argv,
+                                       # which /proc, ps and vLLM's own "non-default args" log line would show)
     example: str = ""
 
     @property
@@ -110,7 +112,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("port", "HTTP port.", parse=parse_int, default=8080, flag="--port", env=("SAGEMAKER_BIND_TO_PORT",)),
     Setting("host", "Address to listen on.", default="0.0.0.0", flag="--host"),
     Setting("hf_token", "Hub token for gated models; passed to vLLM in the environment, never printed.",
-            env=("HUGGING_FACE_HUB_TOKEN", "HF_TOKEN"), secret=True),
+            env=("HUGGING_FACE_HUB_TOKEN", "HF_TOKEN"), secret=True, engine_env="HF_TOKEN"),
+    Setting("api_key", "Bearer key vLLM's server requires on its API routes; passed in the environment, never printed.",
+            secret=True, engine_env="VLLM_API_KEY"),
     Setting("engine", "LMI's engine; this container runs vLLM in Python (accepted: Python). serving.properties may "
             "write it top-level (engine=Python).", parse=parse_str),
     Setting("rolling_batch", "LMI's batching engine; this container always runs vLLM (accepted: vllm, auto).",

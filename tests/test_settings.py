@@ -180,7 +180,9 @@ def test_secrets_are_masked_and_kept_off_argv(va, model_dir):
     shown = "\n".join(launcher.report(p)) + launcher.command_line(p)
     assert "SECRET" not in shown
     assert "hf_SECRET123" not in p.argv
-    assert p.env["HF_TOKEN"] == "hf_SECRET123"  # the engine still gets it, through its environment
+    assert not any("SECRET" in a for a in p.argv)
+    # The engine still gets them, through its environment.
+    assert (p.env["HF_TOKEN"], p.env["VLLM_API_KEY"]) == ("hf_SECRET123", "sk-SECRET456")
 
 
 def test_model_sources(va, model_dir, tmp_path):
