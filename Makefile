@@ -44,5 +44,13 @@ image:
 image-test: venv
 	$(PY) -m pytest -m image tests/test_image.py
 
+# On a GPU host (8 GPUs for the TP=8 case): the GPU build of vLLM, patched, and the FP8 MoE smoke tests.
+GPU_VENV ?= .venv-gpu
+smoke:
+	test -x $(GPU_VENV)/bin/python || $(PYTHON) -m venv $(GPU_VENV)
+	$(GPU_VENV)/bin/python -m pip install -q -r requirements/gpu.txt -r requirements/test.txt $(QUIET_PIP)
+	$(GPU_VENV)/bin/python -m serving.patch_series apply
+	SERVING_PYTHON=$(CURDIR)/$(GPU_VENV)/bin/python $(GPU_VENV)/bin/python -m pytest -m gpu tests/test_gpu_smoke.py
+
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) $(GPU_VENV) .pytest_cache
