@@ -146,7 +146,8 @@ def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
     engine_env = dict(env)
     for r in settings.values():
         if r.setting is not None and r.setting.engine_env:
-            engine_env[r.setting.engine_env] = str(r.value)
+            v = r.value
+            engine_env[r.setting.engine_env] = ("1" if v else "0") if isinstance(v, bool) else str(v)
     if CONFIGS_DIR.is_dir() and "VLLM_TUNED_CONFIG_FOLDER" not in env:
         engine_env["VLLM_TUNED_CONFIG_FOLDER"] = str(CONFIGS_DIR)
     # The middleware module must import inside the engine process wherever it was started from.

@@ -109,6 +109,9 @@ SETTINGS: tuple[Setting, ...] = (
             parse=parse_bool, flag="--enable-expert-parallel"),
     Setting("moe_backend", "Force the MoE kernel backend (e.g. triton, flashinfer_cutlass); "
             "unset: the patched default (Triton for per-tensor FP8 on Hopper).", flag="--moe-backend"),
+    Setting("fp8_moe_stock_order", "true: vLLM's stock FP8 MoE backend order instead of the patched Triton-first "
+            "order for per-tensor FP8 on Hopper (patch 0001).", parse=parse_bool, env=("LMI_FP8_MOE_STOCK_ORDER",),
+            engine_env="LMI_FP8_MOE_STOCK_ORDER"),
     Setting("port", "HTTP port.", parse=parse_int, default=8080, flag="--port", env=("SAGEMAKER_BIND_TO_PORT",)),
     Setting("host", "Address to listen on.", default="0.0.0.0", flag="--host"),
     Setting("hf_token", "Hub token for gated models; passed to vLLM in the environment, never printed.",

@@ -86,6 +86,14 @@ def test_lmi_engine_line_is_accepted(va, model_dir):
     assert not any("engine" in a or "rolling" in a for a in p.argv[3:])
 
 
+@pytest.mark.parametrize("name", ["OPTION_FP8_MOE_STOCK_ORDER", "LMI_FP8_MOE_STOCK_ORDER"])
+def test_stock_moe_order_switch_reaches_the_engine_environment(va, model_dir, name):
+    assert plan(va, model_dir, {name: "true"}).env["LMI_FP8_MOE_STOCK_ORDER"] == "1"
+    assert plan(va, model_dir, {name: "off"}).env["LMI_FP8_MOE_STOCK_ORDER"] == "0"
+    with pytest.raises(cfg.ConfigError, match=f"fp8_moe_stock_order from env {name}: 'sometimes' is not a boolean"):
+        plan(va, model_dir, {name: "sometimes"})
+
+
 def test_hf_model_id_is_the_model(va, model_dir):
     p = plan(va, model_dir, {"HF_MODEL_ID": "Qwen/Qwen3-235B-A22B-FP8"})
     assert argv_value(p, "--model") == "Qwen/Qwen3-235B-A22B-FP8"
