@@ -1,0 +1,25 @@
+"""README stays in step with the code it documents: the two commands, the patch table, CI's command."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+
+
+def test_readme_patch_table_is_the_tools_listing():
+    out = subprocess.run([sys.executable, "-m", "serving.patch_series", "list", "--markdown"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    table = "\n".join(l for l in out.splitlines() if l.startswith("|"))
+    assert table in README, "README's patch table is stale: paste `python -m serving.patch_series list --markdown`"
+
+
+def test_two_commands_and_ci_runs_the_readme_test_command():
+    block = re.search(r"## Two commands\n\n```sh\n(.*?)```", README, re.S).group(1)
+    commands = [l.split("#")[0].strip() for l in block.splitlines() if l.strip()]
+    assert commands == ["make run", "make test"]
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert re.search(r"^make test$", ci, re.M)
