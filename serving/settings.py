@@ -36,6 +36,13 @@ def parse_int(raw: str) -> int:
         raise SettingValueError(f"{raw!r} is not an integer") from None
 
 
+def parse_positive_int(raw: str) -> int:
+    n = parse_int(raw)
+    if n < 1:
+        raise SettingValueError(f"{raw!r} must be a positive integer")
+    return n
+
+
 def parse_str(raw: str) -> str:
     return raw.strip()
 
@@ -112,8 +119,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("fp8_moe_stock_order", "true: vLLM's stock FP8 MoE backend order instead of the patched Triton-first "
             "order for per-tensor FP8 on Hopper (patch 0001).", parse=parse_bool, env=("LMI_FP8_MOE_STOCK_ORDER",),
             engine_env="LMI_FP8_MOE_STOCK_ORDER"),
-    Setting("port", "HTTP port.", parse=parse_int, default=8080, flag="--port", env=("SAGEMAKER_BIND_TO_PORT",)),
+    Setting("port", "HTTP port.", parse=parse_positive_int, default=8080, flag="--port", env=("SAGEMAKER_BIND_TO_PORT",)),
     Setting("host", "Address to listen on.", default="0.0.0.0", flag="--host"),
+    Setting("max_request_bytes", "Largest request body /invocations accepts (413 beyond it); SageMaker's real-time "
+            "payload limit is 6 MiB.", parse=parse_positive_int, default=6 * 1024 * 1024, env=("SERVING_MAX_REQUEST_BYTES",),
+            engine_env="SERVING_MAX_REQUEST_BYTES"),
     Setting("hf_token", "Hub token for gated models; passed to vLLM in the environment, never printed.",
             env=("HUGGING_FACE_HUB_TOKEN", "HF_TOKEN"), secret=True, engine_env="HF_TOKEN"),
     Setting("api_key", "Bearer key vLLM's server requires on its API routes; passed in the environment, never printed.",

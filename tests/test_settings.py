@@ -174,6 +174,7 @@ def test_pass_through_of_an_undeclared_vllm_argument(va, model_dir):
     ({"OPTION_GPU_MEMORY_UTILIZATION": "most"}, None, r"gpu_memory_utilization from env OPTION_GPU_MEMORY_UTILIZATION: .*invalid float"),
     ({"SM_VLLM_COMPILATION_CONFIG": "{not json"}, None, r"compilation_config from env SM_VLLM_COMPILATION_CONFIG: .*Invalid JSON"),
     ({"OPTION_SPECULATIVE_CONFIG": "{bad"}, None, r"speculative_config from env OPTION_SPECULATIVE_CONFIG: .*cannot be converted"),
+    ({"SERVING_MAX_REQUEST_BYTES": "0"}, None, r"max_request_bytes from env SERVING_MAX_REQUEST_BYTES: '0' must be a positive integer"),
     ({}, "engine=MPI\n", r"engine from .*serving.properties:1: 'MPI' is not supported here; allowed: python"),
     ({"OPTION_ROLLING_BATCH": "lmi-dist"}, None, r"rolling_batch from env OPTION_ROLLING_BATCH: 'lmi-dist' is not supported"),
     ({"OPTION_MODEL_ID": "/no/such/folder"}, None, r"model_id from env OPTION_MODEL_ID: local folder /no/such/folder does not exist"),
