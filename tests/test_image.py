@@ -1,0 +1,166 @@
+"""The image test (`make image-test`): build the CPU flavour of ./Dockerfile with buildah, run a
+container from it serving the embedded tiny model, smoke-check it, remove what it made.
+
+No Docker engine is needed: tests/image_build.py installs buildah and debootstrap when they are
+missing (apt-get, as root), makes a Debian bookworm base image once (kept, as
+localhost/lmi-base:bookworm) and builds with `--storage-driver vfs --isolation chroot`. The
+container runs the image's own ENTRYPOINT and CMD (tini -> entrypoint.sh serve -> launcher ->
+vLLM) as the image's non-root user, on the host network, on a free loopback port.
+
+Time on the project's 2-core machine: see the "[image] timings" line this test prints.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+import image_build as ib  # noqa: E402
+from conftest import free_port, wait_ready  # noqa: E402
+
+pytestmark = [pytest.mark.image, pytest.mark.timeout(3600)]
+
+TIMES: dict[str, float] = {}
+T0 = time.monotonic()
+
+
+def _report(msg: str) -> None:
+    # Past pytest's capture: the timings are the point of this line.
+    sys.__stderr__.write(f"\n[image] {msg}\n")
+    sys.__stderr__.flush()
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory):
+    logs = tmp_path_factory.mktemp("image")
+    t = time.monotonic()
+    ib.ensure_tools()
+    ib.ensure_base()
+    TIMES["tools+base"] = time.monotonic() - t
+    t = time.monotonic()
+    ib.remove_image(ib.TEST_IMAGE)
+    ib.build(ib.TEST_IMAGE, log_path=logs / "build.log")
+    TIMES["build"] = time.monotonic() - t
+    yield ib.TEST_IMAGE
+    t = time.monotonic()
+    ib.clean()
+    TIMES["cleanup"] = time.monotonic() - t
+    TIMES["total"] = time.monotonic() - T0
+    _report("timings: " + ", ".join(f"{k} {v:.0f} s" for k, v in TIMES.items()))
+
+
+@pytest.fixture(scope="module")
+def container(image, tmp_path_factory):
+    logs = tmp_path_factory.mktemp("run")
+    port = free_port()
+    t = time.monotonic()
+    c = ib.start(image, {"OPTION_HOST": "127.0.0.1", "OPTION_PORT": str(port),
+                         "VLLM_CPU_OMP_THREADS_BIND": "auto"}, logs / "container.log")
+    c.url = f"http://127.0.0.1:{port}"
+    c.started = time.time()
+    try:
+        wait_ready(c.url, c.proc, c.log_path, timeout=600)
+    except BaseException:
+        c.stop()
+        c.remove()
+        raise
+    TIMES["start->ready"] = time.monotonic() - t
+    yield c
+    c.stop()
+    c.remove()
+
+
+@pytest.fixture(scope="module")
+def http(container):
+    import httpx
+
+    with httpx.Client(base_url=container.url, timeout=120) as h:
+        yield h
+
+
+# --- the image's metadata ------------------------------------------------------------------------
+
+def test_image_metadata(image):
+    cfg = ib.image_config(image)
+    assert cfg["User"].split(":")[0] not in ("", "0", "root")
+    assert "8080/tcp" in cfg["ExposedPorts"]
+    assert cfg["Entrypoint"][-1] == "entrypoint.sh" and os.path.basename(cfg["Entrypoint"][0]) == "tini"
+    assert cfg["Cmd"] == ["serve"]
+    hc = cfg.get("Healthcheck") or {}
+    assert hc.get("Test", [""])[0] == "CMD" and "/ping" in " ".join(hc["Test"])
+    labels = cfg["Labels"]
+    assert labels["lmi-fp8-moe.vllm.version"] == ib.series_vllm_version()
+    assert labels["lmi-fp8-moe.vllm.patches"] == ib.series_patches()
+    assert labels["lmi-fp8-moe.vllm.requirements"] == "requirements/cpu.txt"
+    envs = dict(e.split("=", 1) for e in cfg["Env"])
+    assert envs["VLLM_TUNED_CONFIG_FOLDER"] == "/opt/lmi/configs"
+
+
+# --- the running container ------------------------------------------------------------------------
+
+def test_ping(http):
+    assert http.get("/ping").status_code == 200
+
+
+def test_lmi_body(http):
+    r = http.post("/invocations", json={"inputs": "hi", "parameters": {"max_new_tokens": 8}})
+    assert r.status_code == 200, r.text
+    assert isinstance(r.json()["generated_text"], str)
+
+
+def test_openai_completion_body(http):
+    r = http.post("/invocations", json={"prompt": "hi", "max_tokens": 8})
+    assert r.status_code == 200, r.text
+    doc = r.json()
+    assert doc["object"] == "text_completion" and isinstance(doc["choices"][0]["text"], str)
+
+
+def test_lmi_stream_is_jsonlines(http):
+    body = {"inputs": "hi", "parameters": {"max_new_tokens": 8, "ignore_eos_token": True}, "stream": True}
+    with http.stream("POST", "/invocations", json=body) as r:
+        assert r.status_code == 200, r.read()
+        assert r.headers["content-type"].startswith("application/jsonlines")
+        records = [json.loads(line) for line in r.iter_lines() if line.strip()]
+    assert len(records) == 8, records
+    for rec in records:
+        assert set(rec["token"]) >= {"id", "text", "logprob"}
+    assert all(rec["generated_text"] is None for rec in records[:-1])
+    assert records[-1]["generated_text"] == "".join(rec["token"]["text"] for rec in records)
+
+
+def test_in_container_facts(container):
+    """Non-root, the baked tiny model is served as is, the patch record is in the image."""
+    uid = container.exec(["id", "-u"])
+    assert uid.returncode == 0 and uid.stdout.strip() not in ("", "0"), uid
+    dry = container.exec(["python", "-m", "serving", "--dry-run"], timeout=120)
+    assert dry.returncode == 0, dry.stderr
+    assert "model: /opt/lmi/cache/tiny-qwen3-moe (embedded)" in dry.stdout
+    assert f"vLLM patches applied to {ib.series_vllm_version()}" in dry.stdout
+    assert "env VLLM_TUNED_CONFIG_FOLDER=/opt/lmi/configs" in dry.stdout
+    # The model made at build time was served as is, not remade at start.
+    st = container.exec(["stat", "-c", "%Y", "/opt/lmi/cache/tiny-qwen3-moe/model.safetensors"])
+    assert st.returncode == 0 and int(st.stdout) < container.started, "the baked tiny model was remade"
+
+
+def test_healthcheck_command_passes(image, container):
+    test = ib.image_config(image)["Healthcheck"]["Test"]
+    r = container.exec(test[1:], timeout=30)
+    assert r.returncode == 0, r.stderr
+
+
+def test_sigterm_reaches_the_engine(container):
+    """Last: SIGTERM to tini (the image's PID 1) stops vLLM and every process it started."""
+    t = time.monotonic()
+    rc = container.stop(timeout=90)
+    took = time.monotonic() - t
+    assert took < 90, "the engine did not stop on SIGTERM; it was killed"
+    assert container.descendants() == []
+    TIMES["sigterm->exit"] = took
+    assert rc is not None
