@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""Markdown tables for bench/RESULTS.md from the harness's JSON output
+(bench_*.json, jit_*.json). CUPTI kernel times where recorded, else the
+CUDA-graph per-launch time."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import moe_kernel_bench as mb  # noqa: E402
+
+
+FP8_PEAK = 1.3e15  # FLOP/s: torch._scaled_mm 8192^3 on this H200 (shared/CONTEXT.md), not re-measured per run
+
+
+def compute_floor_us(sh, M, gemm):
+    nout, k = mb.gemm_dims(sh, gemm)
+    return 2.0 * M * sh["topk"] * nout * k / FP8_PEAK * 1e6
+
+
+def t_of(r):
+    t = r.get("cupti_us")
+    return r["us"] if t is None or t != t else t
+
+
+def bench_tables(path):
+    d = json.load(open(path))
+    rows = d["rows"]
+    by = {}
+    for r in rows:
+        by.setdefault(r["shape"], {}).setdefault(r["M"], {}).setdefault(r["variant"], {})[r["gemm"]] = r
+    out = [f"Copy bandwidth measured in this run: {d['bw'] / 1e12:.2f} TB/s (read + write). Times are CUPTI "
+           "kernel durations in µs (median of the launches of 3 graph replays, min of 2 interleaved rounds). "
+           "`mem floor` = (fp8 bytes of the experts the routed tokens touch + fp8 activations + bf16 outputs) / "
+           "copy bandwidth; `frac` = mem floor / time (the issue's measure); `roofline frac` = max(mem floor, "
+           "FLOPs / 1300 TFLOP/s fp8) / time, which matters from M ~ 1024 on, where the GEMMs turn compute-bound. "
+           "'shipped' = ours where our file has an entry for that M, else stock.\n"]
+    summary = {}
+    for shape, per_m in by.items():
+        sh = mb.SHAPES[shape]
+        out.append(f"\n#### {shape}: E={sh['E']}, top-{sh['topk']}, hidden {sh['H']}, N={sh['N']}"
+                   f"{', block ' + str(sh['block']) if sh['block'] else ''} (file `{mb.config_file_name(sh['E'], sh['N'], sh['block'])}`)\n")
+        out.append("| M | stock config (source) | stock w13 / w2 = sum | stock no-swap sum | ours config | "
+                   "ours w13 / w2 = sum | ours no-swap sum | ours/stock | mem floor w13 / w2 | frac w13 / w2 (shipped) | "
+                   "roofline frac w13 / w2 (shipped) |")
+        out.append("|---|---|---|---|---|---|---|---|---|---|---|")
+        for M in sorted(per_m):
+            v = per_m[M]
+            st = v["stock"]
+            s13, s2 = t_of(st["w13"]), t_of(st["w2"])
+            sns = v.get("stock_noswap")
+            sns_t = f"{t_of(sns['w13']) + t_of(sns['w2']):.1f}" if sns else "n/a (BM>=64 or BN<64)"
+            ours = v.get("ours")
+            f13, f2 = st["w13"]["floor_us"], st["w2"]["floor_us"]
+            r13, r2 = max(f13, compute_floor_us(sh, M, "w13")), max(f2, compute_floor_us(sh, M, "w2"))
+            if ours:
+                o13, o2 = t_of(ours["w13"]), t_of(ours["w2"])
+                ons = v.get("ours_noswap")
+                ons_t = f"{t_of(ons['w13']) + t_of(ons['w2']):.1f}" if ons else "n/a"
+                ocfg = ours["w13"]["cfg"]
+                same = ocfg == st["w13"]["cfg"]
+                ratio = (o13 + o2) / (s13 + s2)
+                ours_s = f"{o13:.1f} / {o2:.1f} = {o13 + o2:.1f}"
+                ship13, ship2 = (o13, o2)
+                ocfg_s = "= stock" if same else f"`{ocfg}`"
+                ratio_s = f"{ratio:.3f}"
+            else:
+                ons_t, ours_s, ocfg_s, ratio_s = "", "", "(no file)", ""
+                ship13, ship2 = s13, s2
+            src = st["w13"]["src"].replace("file:configs", "stock file")
+            out.append(f"| {M} | `{st['w13']['cfg']}` ({src}) | {s13:.1f} / {s2:.1f} = {s13 + s2:.1f} | {sns_t} | "
+                       f"{ocfg_s} | {ours_s} | {ns_t_fix(ons_t)} | {ratio_s} | {f13:.1f} / {f2:.1f} | "
+                       f"{f13 / ship13:.2f} / {f2 / ship2:.2f} | {r13 / ship13:.2f} / {r2 / ship2:.2f} |")
+            summary.setdefault(shape, {})[M] = {"rfrac13": r13 / ship13, "rfrac2": r2 / ship2,"stock": s13 + s2, "ship": ship13 + ship2, "frac13": f13 / ship13,
+                                                "frac2": f2 / ship2, "stock_frac13": f13 / s13,
+                                                "stock_frac2": f2 / s2}
+    return "\n".join(out), summary
+
+
+def ns_t_fix(s):
+    return s
+
+
+def goals(summary):
+    out = ["\n#### Goals (TP8 target shapes; 'shipped' = our file where written, else stock)\n",
+           "| shape | M=1 step stock → shipped (ratio; goal ≤ 0.75) | M≥16 GEMMs at ≥ 0.90 of mem floor (shipped) | "
+           "same, roofline floor | min frac w13 / w2 at M≥16 (mem floor) | w13 frac range 16≤M≤512 | w2 frac range 16≤M≤512 |",
+           "|---|---|---|---|---|---|---|"]
+    for shape in mb.TP8_SHAPES:
+        s = summary.get(shape)
+        if not s:
+            continue
+        m1 = s.get(1)
+        big = {M: x for M, x in s.items() if M >= 16}
+        n_ok = sum((x["frac13"] >= 0.9) + (x["frac2"] >= 0.9) for x in big.values())
+        n_rok = sum((x["rfrac13"] >= 0.9) + (x["rfrac2"] >= 0.9) for x in big.values())
+        mid = {M: x for M, x in big.items() if M <= 512}
+        out.append(f"| {shape} | {m1['stock']:.1f} → {m1['ship']:.1f} µs ({m1['ship'] / m1['stock']:.2f}) | "
+                   f"{n_ok} of {2 * len(big)} | {n_rok} of {2 * len(big)} | {min(x['frac13'] for x in big.values()):.2f} / "
+                   f"{min(x['frac2'] for x in big.values()):.2f} | "
+                   f"{min(x['frac13'] for x in mid.values()):.2f}-{max(x['frac13'] for x in mid.values()):.2f} | "
+                   f"{min(x['frac2'] for x in mid.values()):.2f}-{max(x['frac2'] for x in mid.values()):.2f} |")
+    return "\n".join(out)
+
+
+def jit_section(path):
+    d = json.load(open(path))
+    out = [f"Kernel sources: stock `{d['stock_decorator']}`, patched `{d['patched_decorator']}` "
+           f"(patches/0002 applied to the pinned fused_moe.py). Each sweep starts with an empty in-process "
+           "kernel cache and a fresh `TRITON_CACHE_DIR`; compiles counted with Triton's "
+           "`knobs.runtime.jit_post_compile_hook`; one count = one compiled variant of `fused_moe_kernel` (w13 and "
+           "w2 are separate variants: different N/K/top_k constexprs).\n",
+           "| sweep | stock compiles (time) | patched compiles (time) |", "|---|---|---|"]
+    for lab in ("fixedcfg",):
+        s, p = d["stock_fixed_1_64"], d["patched_fixed_1_64"]
+        out.append(f"| one config (`M16N64K128G1w4s4`), M = 1..64, w13+w2 | {s['traffic']['compiles']} "
+                   f"({s['traffic']['compile_s']:.1f} s) | {p['traffic']['compiles']} ({p['traffic']['compile_s']:.1f} s) |")
+    s, p = d["stock"], d["patched"]
+    out.append(f"| per-M dispatch ({s['distinct_configs']} distinct configs), warm-up (vLLM capture sizes 1,2,4,8..512 + 8192) | "
+               f"{s['warmup']['compiles']} ({s['warmup']['compile_s']:.1f} s) | {p['warmup']['compiles']} "
+               f"({p['warmup']['compile_s']:.1f} s) |")
+    out.append(f"| then traffic M = 1..8192 (compiles after warm-up) | {s['traffic']['compiles']} "
+               f"({s['traffic']['compile_s']:.1f} s) | {p['traffic']['compiles']} ({p['traffic']['compile_s']:.1f} s) |")
+    out.append("\nFirst post-warm-up compiles (M, variants, config): stock "
+               f"{[tuple(x) for x in s['traffic']['new_at']]}; patched {[tuple(x) for x in p['traffic']['new_at']]}.\n")
+    out.append("Steady state, w13 + w2 CUPTI µs, same per-M config for all three; stock timed twice for noise:\n")
+    out.append("| M | config | stock (a) | patched | stock (b) | patched vs mean stock | stock a-b spread |")
+    out.append("|---|---|---|---|---|---|---|")
+    for r in d["steady_state"]:
+        out.append(f"| {r['M']} | `{r['cfg']}` | {r['stock_a']:.2f} | {r['patched']:.2f} | {r['stock_b']:.2f} | "
+                   f"{r['patched_vs_stock'] * 100:+.1f}% | {r['noise'] * 100:.1f}% |")
+    return "\n".join(out)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bench", required=True)
+    ap.add_argument("--jit", required=True)
+    args = ap.parse_args(argv)
+    t, summary = bench_tables(args.bench)
+    print(t)
+    print(goals(summary))
+    print("\n### JIT compiles (qwen3-235b-tp8, our config file)\n")
+    print(jit_section(args.jit))
+
+
+if __name__ == "__main__":
+    main()
