@@ -169,10 +169,22 @@ def test_lmi_stream_jsonlines_rebuilds_greedy_text(http, greedy):
     for rec in records[:-1]:
         assert rec["generated_text"] is None and rec["details"] is None
         assert set(rec["token"]) == {"id", "text", "logprob"}
+        assert rec["token"]["logprob"] is None  # logprobs cost API-server CPU: only with details
     last = records[-1]
     assert "".join(rec["token"]["text"] for rec in records) == greedy
     assert last["generated_text"] == greedy
     assert last["details"] == {"finish_reason": "length", "generated_tokens": N}
+
+
+def test_lmi_stream_logprobs_with_details(http, greedy):
+    body = {"inputs": PROMPT, "stream": True,
+            "parameters": {"max_new_tokens": N, "ignore_eos_token": True, "details": True, "seed": 7}}
+    records = [json.loads(x) for x in inv(http, body).text.splitlines()]
+    want = lmi(http, max_new_tokens=N, ignore_eos_token=True, details=True)["details"]["tokens"]
+    got = [r["token"] for r in records]
+    assert [t["id"] for t in got] == [t["id"] for t in want]
+    assert all(abs(g["logprob"] - w["logprob"]) < 1e-4 for g, w in zip(got, want))
+    assert records[-1]["details"] == {"finish_reason": "length", "generated_tokens": N, "seed": 7}
 
 
 def test_lmi_stream_full_text_and_stop(http, greedy):

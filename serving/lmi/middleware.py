@@ -162,10 +162,8 @@ class LMIMiddleware:
         raw_request = Request(scope, receive)
 
         if req.stream:
-            result = await handler.create_completion(creq, raw_request)
-            if isinstance(result, ErrorResponse):
-                raise translate.vllm_error(result.error.message, result.error.param, result.error.code)
-            response = StreamingResponse(stream.jsonlines(req, result), media_type=stream.MEDIA_TYPE)
+            outputs = await stream.open_stream(handler, creq, raw_request)
+            response = StreamingResponse(stream.jsonlines(req, outputs), media_type=stream.MEDIA_TYPE)
             await response(scope, receive, send)
             return
 

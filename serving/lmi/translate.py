@@ -73,11 +73,12 @@ def to_completion(req: LMIRequest, max_model_len: int, adapter: str | None = Non
         body["truncation_side"] = "left"
     if p.ignore_eos_token:
         body["ignore_eos"] = True
-    # Token ids and the sampled token's logprob only when someone will read them: the
-    # stream's token records, or details. (logprobs=0: just the chosen token's logprob.)
-    if req.stream or p.details or p.decoder_input_details:
+    # logprobs only with details=true: vLLM turns every logprob into a Python object with a
+    # decoded token in the API server (an OpenAI body asking for them measured +70% to +100%
+    # API-server CPU per streamed token, bench/RESULTS.md). 0: just the chosen token's.
+    if p.details or p.decoder_input_details:
         body["return_token_ids"] = True
-    if req.stream or p.details:
+    if p.details:
         body["logprobs"] = 0
     if p.decoder_input_details:
         body["prompt_logprobs"] = 0
