@@ -19,8 +19,8 @@ How it works on a machine with no Docker engine and no image registry:
   Dockerfile with the CPU build arguments. RUN steps share the host network. Where this host's
   pip finds wheels in local folders (find-links; torch 2.13.0+cpu is one) or trusts an extra
   CA certificate, those are mounted into the build read-only (`-v`) and named in
-  PIP_INSTALL_OPTS; they are never copied into the image. pip's download cache is a host
-  folder mounted into the build, so a rebuild downloads nothing.
+  PIP_INSTALL_OPTS; they are never copied into the image. Every build downloads the Python
+  dependencies again (no pip cache survives a build).
 - run: `buildah run --isolation chroot` of the image's own ENTRYPOINT + CMD, as the image's
   user, on the host network (OPTION_HOST=127.0.0.1, OPTION_PORT=<free port>).
 
@@ -48,7 +48,7 @@ BASE_IMAGE = "localhost/lmi-base:bookworm"
 TEST_IMAGE = "localhost/lmi-fp8-moe:cpu-test"
 SUITE = "bookworm"
 BUILDAH = ["buildah", "--storage-driver", "vfs"]
-# Host-side caches: the debootstrap root is not kept, pip's downloads are.
+# Host-side scratch (the debootstrap root while the base is made, a HEAD build context).
 CACHE = Path(os.environ.get("LMI_IMAGE_TEST_CACHE") or Path.home() / ".cache" / "lmi-image-test")
 # The CPU flavour: these build arguments, and nothing else, differ from the GPU image.
 CPU_BUILD_ARGS = {
@@ -210,10 +210,9 @@ def host_build_inputs() -> tuple[list[str], list[str]]:
     if cert and Path(cert).is_file():
         vols += ["-v", f"{Path(cert).resolve()}:/run/lmi-build/ca.crt:ro"]
         opts += ["--cert", "/run/lmi-build/ca.crt"]
-    pipcache = CACHE / "pip"
-    pipcache.mkdir(parents=True, exist_ok=True)
-    vols += ["-v", f"{pipcache}:/run/lmi-build/pip-cache"]
-    opts += ["--cache-dir", "/run/lmi-build/pip-cache"]
+    # No pip cache: pip 23 (bookworm's) wrote nothing into a cache folder mounted into the
+    # build, and one left inside the image would only make it bigger.
+    opts.append("--no-cache-dir")
     return vols, opts
 
 
@@ -261,7 +260,7 @@ def build(tag: str = TEST_IMAGE, extra_args: dict[str, str] | None = None, log_p
         raise ValueError(f"context must be worktree or head, not {context!r}")
     try:
         vols, opts = host_build_inputs()
-        cmd = BUILDAH + ["bud", "--isolation", "chroot", "--format", "docker", "--layers=false",
+        cmd = BUILDAH + ["bud", "--isolation", "chroot", "--format", "docker", "--layers=false", "--force-rm",
                          "-f", str(ctx / "Dockerfile"), "-t", tag] + vols
         for k, v in build_args(opts, extra_args, ctx).items():
             cmd += ["--build-arg", f"{k}={v}"]
@@ -395,7 +394,7 @@ def clean(all_: bool = False) -> None:
     """Remove working containers of our images, the test image; with all_, the base and caches."""
     names = {TEST_IMAGE} | ({BASE_IMAGE} if all_ else set())
     try:
-        ctrs = json.loads(out(BUILDAH + ["containers", "--json"]) or "[]")
+        ctrs = json.loads(out(BUILDAH + ["containers", "--json"]) or "[]") or []  # "null" when none
     except (subprocess.CalledProcessError, ValueError):
         ctrs = []
     for c in ctrs:
