@@ -41,7 +41,10 @@ test: venv
 image:
 	docker build -t lmi-fp8-moe:latest .
 
-image-test: venv
+# The CPU flavour of the same Dockerfile, built and run with buildah (no Docker engine; as root,
+# installs buildah and debootstrap when missing), smoke-checked, then removed. Needs only the test
+# tools from .venv, not its patched vLLM. IMAGE_TEST_CONTEXT=head builds the committed tree only.
+image-test: $(VENV)/.deps
 	$(PY) -m pytest -m image tests/test_image.py
 
 # On a GPU host (8 GPUs for the TP=8 case): the GPU build of vLLM, patched, and the FP8 MoE smoke tests.

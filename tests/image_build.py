@@ -247,7 +247,7 @@ def build(tag: str = TEST_IMAGE, extra_args: dict[str, str] | None = None, log_p
 
     context: "worktree" (default; the checkout as it is, as `docker build .` would send it) or
     "head" (the committed tree only: another person's uncommitted work in a shared checkout
-    stays out). Env IMAGE_TEST_CONTEXT sets the default.
+    stays out) or a folder holding a Dockerfile. Env IMAGE_TEST_CONTEXT sets the default.
     """
     context = context or os.environ.get("IMAGE_TEST_CONTEXT", "worktree")
     tmp = None
@@ -256,8 +256,10 @@ def build(tag: str = TEST_IMAGE, extra_args: dict[str, str] | None = None, log_p
         ctx = head_context(tmp)
     elif context == "worktree":
         ctx = ROOT
+    elif Path(context).is_dir() and (Path(context) / "Dockerfile").is_file():
+        ctx = Path(context).resolve()  # a prepared context (e.g. an exported tree)
     else:
-        raise ValueError(f"context must be worktree or head, not {context!r}")
+        raise ValueError(f"context must be worktree, head or a folder with a Dockerfile, not {context!r}")
     try:
         vols, opts = host_build_inputs()
         cmd = BUILDAH + ["bud", "--isolation", "chroot", "--format", "docker", "--layers=false", "--force-rm",
