@@ -36,6 +36,7 @@ import itertools
 import json
 import math
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -1078,6 +1079,19 @@ def jit_sweep(kmod, shape_name, dev, folders, ms_warm, ms_traffic, label):
     return {"label": label, "shape": shape_name, "distinct_configs": n_cfg, **phases}
 
 
+def extended_warmup_ms(shape, folders, max_tokens=8192):
+    """vLLM's warm-up sizes plus one M per config-file key (so every config the
+    per-M dispatch can pick is compiled) plus both sides of the naive-block-
+    assignment boundary (M*top_k*4 <= E), which is a separate constexpr variant."""
+    sh = shape
+    ms = vllm_warmup_ms(max_tokens)
+    cfgs, _ = get_moe_configs(sh["E"], sh["N"], sh["block"], folders)
+    keys = sorted(cfgs) if cfgs else []
+    b = sh["E"] // (4 * sh["topk"])
+    extra = keys + ([b, b + 1] if b >= 1 else [])
+    return ms + [m for m in extra if m not in ms]
+
+
 def mode_jit(args, kstock, kpatched, dev, bw, out):
     res = {"stock_src": args.fused_moe_py, "patched_src": args.patched_fused_moe_py,
            "stock_decorator": kernel_decorator_text(args.fused_moe_py),
@@ -1091,7 +1105,10 @@ def mode_jit(args, kstock, kpatched, dev, bw, out):
     fixed_dir = tempfile.mkdtemp(prefix="fixedcfg_")
     with open(os.path.join(fixed_dir, config_file_name(sh["E"], sh["N"], sh["block"])), "w") as f:
         json.dump({"1": fixed}, f)
+    parts = args.jit_parts.split(",")
     for label, km in (("stock", kstock), ("patched", kpatched)):
+        if "fixed" not in parts:
+            break
         r = jit_sweep(km, name, dev, [fixed_dir], [], list(range(1, 65)), f"{label}_fixedcfg")
         res[f"{label}_fixed_1_64"] = r
         print(f"[jit] fixed config {cfg_str(fixed)} M=1..64 {label}: {r['traffic']['compiles']} compiles "
@@ -1099,10 +1116,17 @@ def mode_jit(args, kstock, kpatched, dev, bw, out):
     # (b) vLLM per-M dispatch, warm-up then traffic 1..8192
     ms_warm = vllm_warmup_ms()
     ms_traffic = list(range(1, args.jit_max_m + 1))
-    for label, km in (("stock", kstock), ("patched", kpatched)):
+    runs = []
+    if "dispatch" in parts:
+        runs += [("stock", kstock, ms_warm), ("patched", kpatched, ms_warm)]
+    if "dispatch_ext" in parts:
+        ext = extended_warmup_ms(sh, folders)
+        res["extended_warmup_extra_ms"] = [m for m in ext if m not in ms_warm]
+        runs += [("stock_extwarm", kstock, ext), ("patched_extwarm", kpatched, ext)]
+    for label, km, warm_ms in runs:
         if time.time() > args.t_end:
             break
-        r = jit_sweep(km, name, dev, folders, ms_warm, ms_traffic, label)
+        r = jit_sweep(km, name, dev, folders, warm_ms, ms_traffic, label)
         res[label] = r
         print(f"[jit] {label:8s} {name} distinct configs={r['distinct_configs']} "
               f"warmup: {r['warmup']['compiles']} compiles {r['warmup']['compile_s']:.1f}s; "
@@ -1110,9 +1134,9 @@ def mode_jit(args, kstock, kpatched, dev, bw, out):
               f"first new at {r['traffic']['new_at'][:6]}", flush=True)
         dump(out, f"jit_{args.tag}.json", res)
     # (c) steady state: stock, patched, stock again (noise), per-M config
-    ctx = ShapeCtx(name, dev)
     ss = []
-    for M in args.jit_ss_ms:
+    ctx = ShapeCtx(name, dev) if "steady" in parts else None
+    for M in (args.jit_ss_ms if "steady" in parts else []):
         if time.time() > args.t_end:
             break
         cfg, src = try_get_config(sh, M, folders)
@@ -1147,6 +1171,54 @@ def mode_jit(args, kstock, kpatched, dev, bw, out):
     res["steady_state"] = ss
     dump(out, f"jit_{args.tag}.json", res)
     return res
+
+
+def parse_cfg(sx: str) -> dict:
+    m = re.fullmatch(r"M(\d+)N(\d+)K(\d+)G(\d+)w(\d+)s(\d+)", sx)
+    if not m:
+        raise ValueError(f"bad config string {sx!r}")
+    return dict(zip(CFG_KEYS, map(int, m.groups())))
+
+
+def mode_probe(args, kstock, dev, bw, out, pc):
+    """Per-GEMM CUPTI times of given configs, swap-AB as vLLM decides / forced on
+    / forced off: data for proposed kernel-side changes (relaxed swap rule,
+    separate w13/w2 configs)."""
+    cfgs = [parse_cfg(x) for x in args.probe_configs.split(",") if x]
+    swaps = (None, True, False)
+    for name in args.shapes:
+        for M in args.ms:
+            for c in cfgs:
+                pc.submit(("probe", name, cfg_str(c), M), "stock", name, c, [M], swaps)
+    rows = []
+    for name in args.shapes:
+        ctx = ShapeCtx(name, dev)
+        for M in args.ms:
+            for c in cfgs:
+                pc.wait(("probe", name, cfg_str(c), M), args.t_end)
+            for g in ("w13", "w2"):
+                recs, graphs = [], []
+                for c in cfgs:
+                    for sw in swaps:
+                        r = run_config(ctx, kstock, M, g, c, swap_ab=sw, reps=args.reps, want_graph=True)
+                        r.update(shape=name, M=M, gemm=g, forced=str(sw), floor_us=ctx.floor_s(M, g, bw) * 1e6)
+                        if "_graph" in r:
+                            graphs.append(r.pop("_graph"))
+                            recs.append(r)
+                        rows.append(r)
+                ks = cupti_kernel_times(graphs) if graphs else []
+                for r, k in zip(recs, ks):
+                    r["cupti_us"] = k
+                for r in rows[-len(cfgs) * len(swaps):]:
+                    print(f"[probe] {name:22s} M={M:5d} {g:3s} {r['cfg']:22s} forced={r['forced']:5s} swap={int(r['swap'])} "
+                          f"cupti={r.get('cupti_us', float('nan')):8.2f}us graph={r['us']:8.2f}us ok={r['ok']} "
+                          f"floor={r['floor_us']:.2f}", flush=True)
+                del graphs
+            ctx.drop_m(M)
+        del ctx
+        torch.cuda.empty_cache()
+        dump(out, f"probe_{args.tag}.json", {"bw": bw, "rows": rows})
+    return rows
 
 
 def mode_smoke(args, kmod, dev, bw, out):
@@ -1222,6 +1294,11 @@ def main(argv=None):
     ap.add_argument("--jit-shape", default="qwen3-235b-tp8")
     ap.add_argument("--jit-max-m", type=int, default=8192)
     ap.add_argument("--jit-use-ours", action="store_true", help="per-M dispatch from --configs-dir first")
+    ap.add_argument("--jit-parts", default="fixed,dispatch,steady",
+                    help="comma list of: fixed, dispatch, dispatch_ext (warm-up + every config key), steady")
+    ap.add_argument("--probe-configs", default="",
+                    help="probe mode: comma list of configs 'M16N32K128G1w4s5' timed on both GEMMs with "
+                         "swap-AB as vLLM decides, forced on and forced off")
     ap.add_argument("--jit-ss-ms", default="1,2,3,4,5,8,16,17,33,64,100,256,511,1024,4096,8192")
     ap.add_argument("--budget-s", type=float, default=540, help="soft deadline for the whole run")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -1276,6 +1353,9 @@ def main(argv=None):
             args.tune_tag, ktune = "stock", kstock
         mode_tune(args, ktune, dev, bw, args.out, pc)
         print(f"[tune] done ({time.time() - t0:.0f}s)", flush=True)
+    if "probe" in modes:
+        mode_probe(args, kstock, dev, bw, args.out, pc)
+        print(f"[probe] done ({time.time() - t0:.0f}s)", flush=True)
     if "bench" in modes:
         mode_bench(args, kstock, dev, bw, args.out, pc)
         print(f"[bench] done ({time.time() - t0:.0f}s)", flush=True)
