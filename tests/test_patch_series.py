@@ -220,6 +220,26 @@ def test_swap_ab_fires_for_shipped_style_config(tmp_path):
     record = ps.apply_series(target, configs_dir=configs, log=lambda _: None)
     assert record["swap_ab"]["configs_checked"] == [good]
     assert record["swap_ab"]["decode_batch_sizes"] == [1, 32]
+    assert record["swap_ab"]["per_config"][good] == {"fires_at": "1-32", "narrow_n_tile_at": ""}
+
+
+def test_swap_ab_tuned_narrow_n_entries_are_recorded_not_refused(tmp_path):
+    # A tuner may pick BLOCK_SIZE_N < 64 for the smallest batches (measured: swap-AB does not
+    # apply there); allowed while swap-AB fires for the other decode sizes.
+    configs = tmp_path / "configs"
+    name = "E=256,N=256,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128,128].json"
+    _write_config(configs, name, {1: (16, 16), 2: (8, 32), 4: (8, 64), 16: (16, 128), 256: (64, 128)})
+    record = ps.apply_series(fresh_copy("cpu", tmp_path / "t"), configs_dir=configs, log=lambda _: None)
+    assert record["swap_ab"]["per_config"][name] == {"fires_at": "4-32", "narrow_n_tile_at": "1-3"}
+
+
+def test_swap_ab_never_firing_for_decode_fails(tmp_path):
+    configs = tmp_path / "configs"
+    bad = "E=8,N=1792,device_name=NVIDIA_H200,dtype=fp8_w8a8.json"
+    _write_config(configs, bad, {1: (16, 32), 64: (64, 128)})
+    r = cli("apply", "--target", str(fresh_copy("cpu", tmp_path / "t")), "--configs", str(configs))
+    assert r.returncode == 1
+    assert f"swap-AB does not fire for {bad} at any decode size M=1..32" in r.stderr
 
 
 def test_swap_ab_not_firing_fails_naming_config(tmp_path):
@@ -251,7 +271,7 @@ def test_swap_ab_rule_comes_from_vllm_source(tmp_path):
 
 def test_project_configs_fire_swap_ab():
     # every H200 fp8 config the image ships (configs/, may be empty) must fire
-    # swap-AB for decode batch sizes; the image build fails otherwise
+    # swap-AB for decode batch sizes (narrow-N tuned entries aside); the image build fails otherwise
     tree = ps.Tree(pristine_sources("gpu"))
     result = ps.verify_swap_ab(tree, ROOT / "configs")
     assert result["present"]
