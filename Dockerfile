@@ -30,7 +30,8 @@ ARG REQUIREMENTS=requirements/gpu.txt
 ARG VLLM_VERSION=0.32.0
 # The applied patches, for the image label (Dockerfile syntax cannot compute a label). The build
 # fails if this disagrees with what the patch tool applied. `python3 tests/image_build.py
-# patches` prints the value; empty: the label says to read the record in the image.
+# patches` prints the value. Left empty, the label is empty and only the record in the image
+# (<vllm>/_lmi_patches.json, printed by `python -m serving --dry-run` and at start) names them.
 ARG PATCHES=""
 # Extra pip options for the build only, e.g. "--find-links /wheels --cert /ca.crt" where a
 # wheel or a CA certificate comes from the build host (buildah bud -v). Default: no pip cache
