@@ -279,3 +279,13 @@ def test_bad_openai_body_answered_by_vllm(http):
 def test_server_keeps_serving_after_bad_input(http, greedy):
     assert http.get("/ping").status_code == 200
     assert lmi(http, max_new_tokens=N, ignore_eos_token=True)["generated_text"] == greedy
+
+
+def test_size_limit_setting_parses_and_refuses_nonsense():
+    from serving.lmi.middleware import DEFAULT_MAX_REQUEST_BYTES, max_request_bytes
+
+    assert max_request_bytes({}) == DEFAULT_MAX_REQUEST_BYTES == 6 * 1024 * 1024
+    assert max_request_bytes({"SERVING_MAX_REQUEST_BYTES": " 1048576 "}) == 1 << 20
+    for bad in ("0", "-5", "6MB", "1.5"):
+        with pytest.raises(ValueError, match="SERVING_MAX_REQUEST_BYTES"):
+            max_request_bytes({"SERVING_MAX_REQUEST_BYTES": bad})

@@ -78,6 +78,8 @@ def is_lmi_body(doc: Any) -> bool:
 
 def parse(doc: dict) -> LMIRequest:
     """Validate an LMI body or raise LMIError naming the first faulty field and what it allows."""
+    # null means "not given" for the optional members, as it does for every parameter
+    doc = {k: v for k, v in doc.items() if not (v is None and k in ("parameters", "stream"))}
     try:
         req = LMIRequest.model_validate(doc)
     except pydantic.ValidationError as e:

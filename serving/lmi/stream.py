@@ -79,8 +79,16 @@ async def jsonlines(req: LMIRequest, outputs: AsyncIterator) -> AsyncIterator[by
     parts: list[str] = []
     generated = 0
     carry = ""
+    finished = False  # the engine reported the request finished
+    failed: Exception | None = None
     try:
+        # Run the engine's generator to its natural end after the final output: closing it
+        # early (return/break) makes vLLM treat the request as abandoned and send the engine
+        # an abort for it -- one extra engine message per request, measured as +40% engine
+        # CPU per request in bench/lmi_vs_openai.py before this was fixed.
         async for res in outputs:
+            if finished:
+                continue
             out = res.outputs[0]
             ids = out.token_ids
             text = out.text
@@ -101,9 +109,10 @@ async def jsonlines(req: LMIRequest, outputs: AsyncIterator) -> AsyncIterator[by
                 yield "".join(_token_line(tid, text if j == last else "", logprobs[j])
                               for j, tid in enumerate(ids)).encode()
                 continue
+            finished = True
             if out.finish_reason == "error":
                 yield _line({"error": "the engine failed while generating", "code": 500})
-                return
+                continue
             lines = [_token_line(tid, "", logprobs[j]) for j, tid in enumerate(ids[:-1])]
             details = {"finish_reason": finish_reason(out.finish_reason, out.stop_reason),
                        "generated_tokens": generated}
@@ -112,14 +121,17 @@ async def jsonlines(req: LMIRequest, outputs: AsyncIterator) -> AsyncIterator[by
             token = {"id": ids[-1], "text": text, "logprob": logprobs[-1]} if ids else None
             final = {"token": token, "generated_text": prefix + "".join(parts), "details": details}
             yield ("".join(lines)).encode() + _line(final)
-            return
     except LMIError:
         raise
     except Exception as e:  # e.g. the engine died mid-stream: end with a parseable record
-        yield _line({"error": f"generation failed ({type(e).__name__})", "code": 500})
-        return
+        failed = e
     finally:
-        aclose = getattr(outputs, "aclose", None)
-        if aclose is not None:
-            await aclose()
-    yield _line({"error": "generation ended before completion", "code": 500})
+        # client gone or we failed: closing vLLM's generator aborts the engine request
+        if not finished:
+            aclose = getattr(outputs, "aclose", None)
+            if aclose is not None:
+                await aclose()
+    if failed is not None:
+        yield _line({"error": f"generation failed ({type(failed).__name__})", "code": 500})
+    elif not finished:
+        yield _line({"error": "generation ended before completion", "code": 500})
