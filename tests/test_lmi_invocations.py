@@ -289,3 +289,46 @@ def test_size_limit_setting_parses_and_refuses_nonsense():
     for bad in ("0", "-5", "6MB", "1.5"):
         with pytest.raises(ValueError, match="SERVING_MAX_REQUEST_BYTES"):
             max_request_bytes({"SERVING_MAX_REQUEST_BYTES": bad})
+
+
+# -- a client that goes away: the engine stops working on its request -----------------------
+
+def _metric(http, name: str, reason: str | None = None) -> float:
+    total = 0.0
+    for line in http.get("/metrics").text.splitlines():
+        if line.startswith(name + "{") and (reason is None or f'finished_reason="{reason}"' in line):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def _engine_stopped_early(http, tokens_before: float) -> bool:
+    """Wait until the engine's token counter stops moving; True if the request did not run
+    to its end (the counter is updated with each engine step, the running gauge lags)."""
+    import time
+    deadline = time.monotonic() + 60
+    last = -1.0
+    while time.monotonic() < deadline:
+        now = _metric(http, "vllm:generation_tokens_total")
+        if now == last:
+            break
+        last = now
+        time.sleep(1.0)
+    generated = last - tokens_before
+    return generated < LONG["max_new_tokens"] * 0.9
+
+
+LONG = {"max_new_tokens": 2000, "ignore_eos_token": True}  # a few seconds of decoding here
+
+
+def test_disconnect_mid_stream_aborts_the_request(http):
+    before = _metric(http, "vllm:generation_tokens_total")
+    with http.stream("POST", "/invocations", json={"inputs": PROMPT, "parameters": LONG, "stream": True}) as r:
+        next(r.iter_lines())  # one token arrived; now hang up
+    assert _engine_stopped_early(http, before), "the engine kept generating for a client that had gone"
+
+
+def test_disconnect_while_waiting_aborts_the_request(http):
+    before = _metric(http, "vllm:generation_tokens_total")
+    with pytest.raises(httpx.ReadTimeout):
+        http.post("/invocations", json={"inputs": PROMPT, "parameters": LONG}, timeout=0.5)
+    assert _engine_stopped_early(http, before), "the engine kept generating for a client that had gone"
