@@ -71,6 +71,7 @@ class Round:
     errors: int = 0
     api_cpu_s: float = float("nan")     # CPU time of vLLM's API server process (where LMI work runs)
     engine_cpu_s: float = float("nan")  # CPU time of the engine core process(es)
+    client_cpu_s: float = float("nan")  # CPU time of this load generator (it shares the machine)
 
 
 async def one(client: httpx.AsyncClient, body: dict, counter) -> tuple[float, int]:
@@ -112,12 +113,13 @@ async def run_round(url: str, kind: str, prompts: list[str], concurrency: int, m
         async def task(p):
             async with sem:
                 return await one(client, make(p, max_tokens), counter)
-        cpu0 = cpu_times(pid)
+        cpu0, client0 = cpu_times(pid), time.process_time()
         t0 = time.perf_counter()
         results = await asyncio.gather(*(task(p) for p in prompts), return_exceptions=True)
         wall = time.perf_counter() - t0
-        cpu1 = cpu_times(pid)
-    rnd = Round(kind, wall, api_cpu_s=cpu1[0] - cpu0[0], engine_cpu_s=cpu1[1] - cpu0[1])
+        cpu1, client1 = cpu_times(pid), time.process_time()
+    rnd = Round(kind, wall, api_cpu_s=cpu1[0] - cpu0[0], engine_cpu_s=cpu1[1] - cpu0[1],
+                client_cpu_s=client1 - client0)
     for res in results:
         if isinstance(res, BaseException):
             rnd.errors += 1
@@ -173,6 +175,7 @@ def summary(rounds: list[Round], kind: str) -> dict:
             "ttft_p50_ms": 1000 * statistics.median(ttft), "ttft_p99_ms": 1000 * pct(ttft, 0.99),
             "api_cpu_ms_per_req": 1000 * sum(r.api_cpu_s for r in rs) / n,
             "engine_cpu_ms_per_req": 1000 * sum(r.engine_cpu_s for r in rs) / n,
+            "client_cpu_ms_per_req": 1000 * sum(r.client_cpu_s for r in rs) / n,
             "round_req_per_s": [round(len(r.ttft_s) / r.wall_s, 2) for r in rs]}
 
 
@@ -270,16 +273,17 @@ def main() -> int:
     print(f"\nworkload: {args.rounds} rounds x {args.requests} requests per body, {args.concurrency} concurrent "
           f"streams, {args.max_tokens} greedy tokens each (EOS ignored), rounds alternating")
     print(f"{'':16s}{'req/s':>9s}{'out tok/s':>11s}{'TTFT p50 ms':>13s}{'TTFT p99 ms':>13s}{'tokens':>9s}{'errors':>8s}"
-          f"{'API CPU ms/req':>16s}{'engine CPU ms/req':>19s}")
+          f"{'API CPU ms/req':>16s}{'engine CPU ms/req':>19s}{'client CPU ms/req':>19s}")
     for name, s in sums.items():
         print(f"{name:16s}{s['req_per_s']:9.2f}{s['tok_per_s']:11.1f}{s['ttft_p50_ms']:13.1f}"
               f"{s['ttft_p99_ms']:13.1f}{s['tokens']:9d}{s['errors']:8d}"
-              f"{s['api_cpu_ms_per_req']:16.2f}{s['engine_cpu_ms_per_req']:19.2f}")
+              f"{s['api_cpu_ms_per_req']:16.2f}{s['engine_cpu_ms_per_req']:19.2f}{s['client_cpu_ms_per_req']:19.2f}")
     ratio = {k: lmi[k] / oai[k] for k in ("req_per_s", "tok_per_s", "ttft_p50_ms", "ttft_p99_ms",
-                                            "api_cpu_ms_per_req", "engine_cpu_ms_per_req")}
+                                            "api_cpu_ms_per_req", "engine_cpu_ms_per_req",
+                                            "client_cpu_ms_per_req")}
     print(f"{'LMI/OpenAI':16s}{ratio['req_per_s']:9.3f}{ratio['tok_per_s']:11.3f}{ratio['ttft_p50_ms']:13.3f}"
           f"{ratio['ttft_p99_ms']:13.3f}{'':17s}{ratio['api_cpu_ms_per_req']:16.3f}"
-          f"{ratio['engine_cpu_ms_per_req']:19.3f}   (all rounds pooled)")
+          f"{ratio['engine_cpu_ms_per_req']:19.3f}{ratio['client_cpu_ms_per_req']:19.3f}   (all rounds pooled)")
     # Each LMI round against the OpenAI round next to it: robust to load that drifts over the run.
     la = [r for r in rounds if r.kind == "lmi"]
     oa = [r for r in rounds if r.kind == "openai"]
