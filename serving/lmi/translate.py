@@ -74,7 +74,7 @@ def to_completion(req: LMIRequest, max_model_len: int, adapter: str | None = Non
     if p.ignore_eos_token:
         body["ignore_eos"] = True
     # logprobs only with details=true: vLLM turns every logprob into a Python object with a
-    # decoded token in the API server (an OpenAI body asking for them measured +70% to +100%
+    # decoded token in the API server (an OpenAI body asking for them measured +35% to +106%
     # API-server CPU per streamed token, bench/RESULTS.md). 0: just the chosen token's.
     if p.details or p.decoder_input_details:
         body["return_token_ids"] = True
