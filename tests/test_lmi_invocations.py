@@ -241,6 +241,7 @@ BAD_LMI = [
     ({"inputs": ["a", "b"], "stream": True}, "stream"),
     ({"inputs": "x", "stream": True, "parameters": {"decoder_input_details": True}}, "parameters.decoder_input_details"),
     ({"inputs": "x" * 3000}, "inputs"),  # longer than the context
+    ({"inputs": "x" * 3000, "stream": True}, "inputs"),
 ]
 
 
