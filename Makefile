@@ -38,8 +38,10 @@ dry-run: venv
 test: venv
 	$(PY) -m pytest
 
+# The GPU image (needs a Docker engine). The labels name the applied patches and the commit.
 image:
-	docker build -t lmi-fp8-moe:latest .
+	docker build --build-arg PATCHES="$$(python3 tests/image_build.py patches)" \
+	  --build-arg VCS_REF="$$(git rev-parse --short=12 HEAD)" -t lmi-fp8-moe:latest .
 
 # The CPU flavour of the same Dockerfile, built and run with buildah (no Docker engine; as root,
 # installs buildah and debootstrap when missing), smoke-checked, then removed. Needs only the test
