@@ -126,7 +126,8 @@ SETTINGS: tuple[Setting, ...] = (
             engine_env="SERVING_MAX_REQUEST_BYTES"),
     Setting("hf_token", "Hub token for gated models; passed to vLLM in the environment, never printed.",
             env=("HUGGING_FACE_HUB_TOKEN", "HF_TOKEN"), secret=True, engine_env="HF_TOKEN"),
-    Setting("api_key", "Bearer key vLLM's server requires on its API routes; passed in the environment, never printed.",
+    Setting("api_key", "Bearer key vLLM's server requires on its /v1 routes (not /ping or /invocations, which SageMaker "
+            "guards); passed in the environment, never printed.",
             secret=True, engine_env="VLLM_API_KEY"),
     Setting("engine", "LMI's engine; this container runs vLLM in Python (accepted: Python). serving.properties may "
             "write it top-level (engine=Python).", parse=parse_str),
