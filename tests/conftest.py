@@ -21,6 +21,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
+PLANTED_SECRET = "hf_PLANTEDsecretVALUE123"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -65,6 +68,9 @@ def start_launcher(tmp: Path, env_extra: dict[str, str] | None = None, args: lis
         "OPTION_HOST": "127.0.0.1",
         "OPTION_PORT": str(port),
         "VLLM_CPU_OMP_THREADS_BIND": "auto",
+        # A planted secret: the startup log must never show it (tests/test_launcher_e2e.py).
+        "HF_TOKEN": PLANTED_SECRET,
+        "HF_HUB_OFFLINE": "1",  # tests talk to loopback only; the model is local
     })
     env.update(env_extra or {})
     log_path = tmp / f"server-{port}.log"

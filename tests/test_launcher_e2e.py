@@ -41,3 +41,11 @@ def test_startup_log_reports_settings_patches_and_command(server):
     assert "setting port=" in log and "[env OPTION_PORT; vLLM --port]" in log
     assert "vLLM patches applied to 0.32.0:" in log
     assert "starting engine: " in log and "--middleware serving.lmi.middleware.LMIMiddleware" in log
+
+
+def test_startup_log_masks_the_hub_token(server):
+    from conftest import PLANTED_SECRET
+
+    log = server.log()
+    assert "setting hf_token=****  [env HF_TOKEN; launcher]" in log
+    assert PLANTED_SECRET not in log
