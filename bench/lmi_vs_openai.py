@@ -44,7 +44,12 @@ def openai_body(prompt: str, max_tokens: int) -> dict:
 
 def count_lmi(buf: bytes) -> int:
     """Output tokens: the last record's details (the server's own count)."""
-    return json.loads(buf.rstrip(b"\n").rsplit(b"\n", 1)[-1])["details"]["generated_tokens"]
+    last = buf.rstrip(b"\n").rsplit(b"\n", 1)[-1]
+    try:
+        return json.loads(last)["details"]["generated_tokens"]
+    except (ValueError, KeyError, TypeError):
+        raise RuntimeError(f"LMI stream did not end with a final record ({len(buf)} bytes); last line: "
+                           f"{last[:300]!r}") from None
 
 
 def count_openai(buf: bytes) -> int:

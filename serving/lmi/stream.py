@@ -22,6 +22,7 @@ OpenAIServingCompletion._create_completion in vLLM 0.32 (pinned; the tests cover
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import AsyncIterator
 
@@ -30,6 +31,7 @@ from .schema import LMIRequest
 from .translate import finish_reason, vllm_error
 
 MEDIA_TYPE = "application/jsonlines"
+log = logging.getLogger("vllm.lmi")
 
 
 def _line(doc: dict) -> bytes:
@@ -111,6 +113,7 @@ async def jsonlines(req: LMIRequest, outputs: AsyncIterator) -> AsyncIterator[by
                 continue
             finished = True
             if out.finish_reason == "error":
+                log.error("LMI stream: the engine reported an error for the request after %d tokens", generated)
                 yield _line({"error": "the engine failed while generating", "code": 500})
                 continue
             lines = [_token_line(tid, "", logprobs[j]) for j, tid in enumerate(ids[:-1])]
@@ -132,6 +135,8 @@ async def jsonlines(req: LMIRequest, outputs: AsyncIterator) -> AsyncIterator[by
             if aclose is not None:
                 await aclose()
     if failed is not None:
+        log.error("LMI stream failed after %d tokens: %s", generated, type(failed).__name__, exc_info=failed)
         yield _line({"error": f"generation failed ({type(failed).__name__})", "code": 500})
     elif not finished:
+        log.error("LMI stream: the engine's output ended before the request finished (%d tokens)", generated)
         yield _line({"error": "generation ended before completion", "code": 500})
