@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from .settings import BY_ENV, BY_FLAG, BY_KEY, SECRET_ENV, Setting, SettingValueError, looks_secret
+from .settings import BY_ENV, BY_FLAG, BY_KEY, Setting, SettingValueError, looks_secret
 
 DEFAULT_MODEL_DIR = "/opt/ml/model"
 PROPERTIES_FILE = "serving.properties"
@@ -157,10 +157,3 @@ def resolve(env: Mapping[str, str] | None = None, vllm_args=None) -> dict[str, R
         out[key] = Resolved(key, win.raw, win.raw, win.source, flag=flag, overridden=losers)
     return out
 
-
-def secret_env_names() -> frozenset[str]:
-    names = set(SECRET_ENV)
-    for s in BY_KEY.values():
-        if s.secret:
-            names.update(s.env_names)
-    return frozenset(names)

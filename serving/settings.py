@@ -151,18 +151,15 @@ for _s in SETTINGS:
 
 BY_FLAG: dict[str, Setting] = {s.flag: s for s in SETTINGS if s.flag}
 
-# Environment variables that are secrets whatever their name's setting; masked in every report.
-SECRET_ENV = frozenset({"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
-                        "AWS_ACCESS_KEY_ID"})
-SECRET_WORDS = ("token", "secret", "password", "apikey", "credentials")
-SECRET_PAIRS = (("api", "key"), ("access", "key"))
+SECRET_LAST_WORDS = ("token", "secret", "password", "apikey")
+SECRET_LAST_PAIRS = (("api", "key"), ("access", "key"), ("secret", "key"))
 
 
 def looks_secret(name: str) -> bool:
-    """hf_token, api_key, AWS_SECRET_ACCESS_KEY: yes. max_num_batched_tokens: no (whole words only)."""
+    """Names that end in the secret itself: hf_token, api_key, AWS_SECRET_ACCESS_KEY.
+    Not long_prefill_token_threshold or return_tokens_as_token_ids (a masked number would surprise)."""
     words = name.lower().replace("-", "_").split("_")
-    pairs = set(zip(words, words[1:]))
-    return any(w in words for w in SECRET_WORDS) or any(p in pairs for p in SECRET_PAIRS)
+    return words[-1] in SECRET_LAST_WORDS or tuple(words[-2:]) in SECRET_LAST_PAIRS
 
 
 def markdown_table() -> str:

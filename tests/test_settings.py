@@ -194,6 +194,15 @@ def test_secrets_are_masked_and_kept_off_argv(va, model_dir):
     assert (p.env["HF_TOKEN"], p.env["VLLM_API_KEY"]) == ("hf_SECRET123", "sk-SECRET456")
 
 
+@pytest.mark.parametrize("name,secret", [("hf_token", True), ("api_key", True), ("AWS_SECRET_ACCESS_KEY", True),
+                                         ("AWS_SESSION_TOKEN", True), ("max_num_batched_tokens", False),
+                                         ("long_prefill_token_threshold", False), ("return_tokens_as_token_ids", False),
+                                         ("allow_credentials", False)])
+def test_which_names_count_as_secret(name, secret):
+    from serving.settings import looks_secret
+    assert looks_secret(name) is secret
+
+
 def test_model_sources(va, model_dir, tmp_path):
     assert plan(va, model_dir).model_source == "embedded"
     (model_dir / "config.json").write_text("{}")
