@@ -67,6 +67,11 @@ def model_dir(env: Mapping[str, str]) -> Path:
     return Path(env.get("SERVING_MODEL_DIR") or DEFAULT_MODEL_DIR)
 
 
+def cache_dir(env: Mapping[str, str] = os.environ) -> Path:
+    """The project's cache: the embedded tiny model, s3:// downloads, the tests' pinned wheels."""
+    return Path(env.get("LMI_CACHE_DIR") or Path.home() / ".cache" / "lmi-fp8")
+
+
 def read_properties(path: Path) -> list[tuple[str, str, str]]:
     """serving.properties lines as (option key, raw value, source). Raises ConfigError on a bad line."""
     out = []

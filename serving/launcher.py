@@ -79,7 +79,7 @@ def _model(settings: dict[str, cfg.Resolved], env: Mapping[str, str]) -> tuple[s
         if (mdir / "config.json").is_file():
             return "model-dir", str(mdir), None
         from .tiny_model import default_model_dir
-        return "embedded", str(default_model_dir()), None
+        return "embedded", str(default_model_dir(env)), None
     mid = str(r.value)
     if mid.startswith("s3://"):
         from .s3 import S3SourceError, S3Url, default_download_dir
@@ -88,7 +88,7 @@ def _model(settings: dict[str, cfg.Resolved], env: Mapping[str, str]) -> tuple[s
         except S3SourceError as e:
             raise cfg.ConfigError("model_id", r.source, str(e)) from None
         dl = settings.get("download_dir")
-        dest = Path(dl.value) if dl else default_download_dir(mid, _cache_dir(env))
+        dest = Path(dl.value) if dl else default_download_dir(mid, cfg.cache_dir(env))
         return "s3", str(dest), mid
     p = Path(mid)
     if p.is_dir():
@@ -98,10 +98,6 @@ def _model(settings: dict[str, cfg.Resolved], env: Mapping[str, str]) -> tuple[s
     if (mdir / mid / "config.json").is_file():  # LMI: a folder name inside the model directory
         return "local", str(mdir / mid), None
     return "hub", mid, None
-
-
-def _cache_dir(env: Mapping[str, str]) -> Path:
-    return Path(env.get("LMI_CACHE_DIR") or Path.home() / ".cache" / "lmi-fp8")
 
 
 def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:

