@@ -15,14 +15,10 @@ import argparse
 import asyncio
 import json
 import os
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +26,8 @@ import httpx
 import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+import launcher_process  # noqa: E402  (starts/stops the launcher; shared with the tests)
 
 
 def lmi_body(prompt: str, max_tokens: int) -> dict:
@@ -184,44 +182,6 @@ def summary(rounds: list[Round], kind: str) -> dict:
             "round_req_per_s": [round(len(r.ttft_s) / r.wall_s, 2) for r in rs]}
 
 
-def start_server(port: int, log_path: Path) -> subprocess.Popen:
-    env = dict(os.environ, SERVING_MODEL_DIR=str(log_path.parent / "no-model-dir"), OPTION_HOST="127.0.0.1",
-               OPTION_PORT=str(port))
-    env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "auto")
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen([str(ROOT / "entrypoint.sh"), "serve"], stdout=log, stderr=subprocess.STDOUT,
-                                env=env, start_new_session=True)
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"server exited with {proc.returncode}; see {log_path}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=2) as r:
-                if r.status == 200:
-                    return proc
-        except OSError:
-            pass
-        time.sleep(1)
-    stop_server(proc)
-    raise SystemExit(f"server not ready after 600 s; see {log_path}")
-
-
-def stop_server(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--url", help="use this running server instead of starting one")
@@ -241,12 +201,17 @@ def main() -> int:
     url = args.url
     pid = args.server_pid
     if url is None:
-        port = free_port()
-        log_path = Path(tempfile.mkdtemp(prefix="lmi-bench-")) / "server.log"
-        print(f"starting the engine on port {port} (log: {log_path}) ...", flush=True)
-        proc = start_server(port, log_path)
+        tmp = Path(tempfile.mkdtemp(prefix="lmi-bench-"))
+        print(f"starting the engine (log in {tmp}) ...", flush=True)
+        try:
+            server = launcher_process.start_launcher(
+                tmp, {"VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto")},
+                timeout=600, stop_grace=60)
+        except RuntimeError as e:
+            raise SystemExit(str(e)) from None
+        proc = server.proc
         pid = proc.pid  # the launcher execs the engine's API server: same pid
-        url = f"http://127.0.0.1:{port}"
+        url = server.url
     try:
         # distinct prompts of equal length, the same list for both bodies
         prompts = [f"Request {i:05d}: tell me about deep learning." for i in range(args.requests)]
@@ -271,7 +236,7 @@ def main() -> int:
             mixed += pair
     finally:
         if proc is not None:
-            stop_server(proc)
+            launcher_process.stop(proc, grace=60)
 
     sums = {k: summary(rounds, k) for k in kinds}
     lmi, oai = sums["lmi"], sums["openai"]

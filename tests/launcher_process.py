@@ -1,0 +1,86 @@
+"""Start and stop the launcher (./entrypoint.sh serve -> the real engine) on a free loopback port.
+
+Shared by the tests' fixtures (tests/conftest.py) and the load generator
+(bench/lmi_vs_openai.py); no pytest here, so a plain script can import it.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Server:
+    url: str
+    proc: subprocess.Popen
+    log_path: Path
+    model: str
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def wait_ready(url: str, proc: subprocess.Popen, log_path: Path, timeout: float = 420) -> None:
+    """Poll /ping (bounded) until 200; fail with the server's log tail if it dies or times out."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}:\n{log_path.read_text()[-4000:]}")
+        try:
+            with urllib.request.urlopen(url + "/ping", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(1)
+    raise RuntimeError(f"server not ready after {timeout}s:\n{log_path.read_text()[-4000:]}")
+
+
+def start_launcher(tmp: Path, env_extra: dict[str, str] | None = None, args: list[str] | None = None,
+                   timeout: float = 420, stop_grace: float = 30) -> Server:
+    """Run ./entrypoint.sh serve with no model directory (the embedded model unless env_extra names one)."""
+    port = free_port()
+    env = dict(os.environ)
+    env.update({
+        "SERVING_MODEL_DIR": str(tmp / "no-model-dir"),  # no /opt/ml/model here: the embedded model is served
+        "OPTION_HOST": "127.0.0.1",
+        "OPTION_PORT": str(port),
+        "VLLM_CPU_OMP_THREADS_BIND": "auto",
+    })
+    env.update(env_extra or {})
+    log_path = tmp / f"server-{port}.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([str(ROOT / "entrypoint.sh"), "serve", *(args or [])], stdout=log,
+                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(url, proc, log_path, timeout)
+    except BaseException:
+        stop(proc, stop_grace)
+        raise
+    return Server(url, proc, log_path, model=env.get("OPTION_MODEL_ID", ""))
+
+
+def stop(proc: subprocess.Popen, grace: float = 30) -> None:
+    """SIGTERM the server's process group; SIGKILL after `grace` seconds."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
