@@ -3,10 +3,12 @@
 tune results, optionally gated by a bench re-run.
 
 Rules (issue 5):
-* per token count M (vLLM tuner keys) take the tuned best config (one config
-  for w13 AND w2: vLLM 0.32 passes the same config dict to both GEMMs) only
-  where it beat the stock choice (stock tuned file entry or get_default_config)
-  by more than --min-gain in the tune run; else keep the stock choice;
+* per token count M (vLLM tuner keys) take the tuned best entry only where it
+  beat the stock choice (stock tuned file entry or get_default_config) by more
+  than --min-gain in the tune run; else keep the stock choice. An entry of a
+  `--mode tune` run is one config for w13 AND w2; an entry of a `--mode gtune`
+  run carries per-GEMM "w13"/"w2" dicts (patches 0004/0005). For the same
+  shape and M a later --tune file replaces an earlier one;
 * with --bench: an entry stays "ours" only where the re-run (bench mode, CUPTI
   kernel time, w13+w2) also shows ours faster than stock by more than
   --min-gain-rerun; else it reverts to the stock choice;
@@ -25,6 +27,8 @@ import moe_kernel_bench as mb  # noqa: E402
 
 
 def load_tune(paths):
+    """{shape: {M: {"entry", "best_total", "stock_total", "timer"}}}; a later
+    file wins for the same (shape, M)."""
     res = {}
     for p in paths:
         d = json.load(open(p))
@@ -32,15 +36,20 @@ def load_tune(paths):
             for m, r in per_m.items():
                 if r.get("best") is None:
                     continue
-                old = res.setdefault(name, {}).get(int(m))
-                # a later run with a larger search space replaces an earlier one
-                if old is None or r["n_ok"] >= old["n_ok"]:
-                    res[name][int(m)] = r
+                if "entry" in r["best"]:  # --mode gtune (per-GEMM)
+                    st = r["stock"]
+                    rec = {"entry": r["best"]["entry"], "best_total": r["best"]["total_cupti_us"],
+                           "stock_total": st["w13_cupti_us"] + st["w2_cupti_us"], "timer": "cupti"}
+                else:  # --mode tune (one config for both GEMMs)
+                    bt, stt, timer = tune_totals(r)
+                    rec = {"entry": mb.cfg_clean(r["best"]["config"]), "best_total": bt, "stock_total": stt,
+                           "timer": timer}
+                res.setdefault(name, {})[int(m)] = rec
     return res
 
 
 def bench_totals(path):
-    """{(shape, M): {variant: (cfg_str, total_us)}} from a bench JSON (CUPTI if present)."""
+    """{(shape, M): {variant: (entry_str, total_us)}} from a bench JSON (CUPTI if present)."""
     d = json.load(open(path))
     acc = {}
     for r in d["rows"]:
@@ -48,7 +57,7 @@ def bench_totals(path):
         if t is None or t != t:
             t = r["us"]
         k = (r["shape"], r["M"])
-        acc.setdefault(k, {}).setdefault(r["variant"], [r["cfg"], {}])[1][r["gemm"]] = t
+        acc.setdefault(k, {}).setdefault(r["variant"], [r.get("entry", r["cfg"]), {}])[1][r["gemm"]] = t
     out = {}
     for k, v in acc.items():
         out[k] = {vn: (c, g.get("w13", float("inf")) + g.get("w2", float("inf"))) for vn, (c, g) in v.items()}
@@ -90,15 +99,15 @@ def main(argv=None):
             stock_cfg = mb.cfg_clean(stock_cfg)
             r = tune[name].get(M)
             choice, why = stock_cfg, "stock"
-            if r and r["best"]:
-                bt, st, timer = tune_totals(r)
+            if r:
+                bt, st, timer = r["best_total"], r["stock_total"], r["timer"]
                 if st == float("inf"):
-                    choice, why = mb.cfg_clean(r["best"]["config"]), "tuned (stock config failed check)"
-                elif bt < st * (1 - args.min_gain) and r["best"]["cfg"] != mb.cfg_str(stock_cfg):
-                    choice, why = mb.cfg_clean(r["best"]["config"]), f"tuned {bt:.2f} vs {st:.2f}us ({timer})"
+                    choice, why = r["entry"], "tuned (stock config failed check)"
+                elif bt < st * (1 - args.min_gain) and mb.entry_str(r["entry"]) != mb.cfg_str(stock_cfg):
+                    choice, why = r["entry"], f"tuned {bt:.2f} vs {st:.2f}us ({timer})"
             if why != "stock" and bench:
                 b = bench.get((name, M), {})
-                if "ours" in b and "stock" in b and b["ours"][0] == mb.cfg_str(choice):
+                if "ours" in b and "stock" in b and b["ours"][0] in (mb.entry_str(choice), mb.cfg_str(choice)):
                     if b["ours"][1] < b["stock"][1] * (1 - args.min_gain_rerun):
                         why += f"; re-run {b['ours'][1]:.2f} vs {b['stock'][1]:.2f}us"
                     else:
@@ -109,7 +118,7 @@ def main(argv=None):
             if why != "stock" and not why.startswith("stock"):
                 n_ours += 1
             entries[M] = choice
-            decisions.setdefault(name, {})[M] = {"cfg": mb.cfg_str(choice), "why": why, "stock_src": src}
+            decisions.setdefault(name, {})[M] = {"cfg": mb.entry_str(choice), "why": why, "stock_src": src}
         fname = mb.config_file_name(sh["E"], sh["N"], sh["block"])
         path = os.path.join(args.out, fname)
         if stock_path and n_ours == 0:
