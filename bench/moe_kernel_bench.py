@@ -43,6 +43,10 @@ import tempfile
 import time
 from pathlib import Path
 
+# patch 0003's per-GEMM resolution, the copy serving/patch_series.py checks configs with
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from serving.patch_series import gemm_config  # noqa: E402
+
 try:  # the config-lookup helpers (and the CPU tests that use them) need no torch
     import torch
 except ImportError:  # pragma: no cover
@@ -258,11 +262,6 @@ def cfg_clean(c: dict) -> dict:
     return out
 
 
-def gemm_config(entry: dict, gemm: str) -> dict:
-    """patch 0004's try_get_optimal_moe_gemm_configs: the entry's flat keys
-    overridden by its per-GEMM dict."""
-    flat = {k: v for k, v in entry.items() if k not in GEMM_NAMES}
-    return {**flat, **entry.get(gemm, {})}
 
 
 def entry_str(entry: dict) -> str:

@@ -26,62 +26,58 @@ def t_of(r):
     return r["us"] if t is None or t != t else t
 
 
-def bench_tables(path):
+def bench_tables(path, configs_dir):
+    """Per shape and M: stock vLLM (stock kernel source, its file or default)
+    vs the benched files ("ours", patched source); 'shipped' = the entry in
+    configs_dir: ours where it equals the benched one, else stock."""
     d = json.load(open(path))
-    rows = d["rows"]
     by = {}
-    for r in rows:
+    for r in d["rows"]:
         by.setdefault(r["shape"], {}).setdefault(r["M"], {}).setdefault(r["variant"], {})[r["gemm"]] = r
     out = [f"Copy bandwidth measured in this run: {d['bw'] / 1e12:.2f} TB/s (read + write). Times are CUPTI "
            "kernel durations in µs (median of the launches of 3 graph replays, min of 2 interleaved rounds). "
            "`mem floor` = (fp8 bytes of the experts the routed tokens touch + fp8 activations + bf16 outputs) / "
            "copy bandwidth; `frac` = mem floor / time (the issue's measure); `roofline frac` = max(mem floor, "
            "FLOPs / 1300 TFLOP/s fp8) / time, which matters from M ~ 1024 on, where the GEMMs turn compute-bound. "
-           "'shipped' = ours where our file has an entry for that M, else stock.\n"]
+           "Entries: `w13 <config> / w2 <config>` for a per-GEMM entry (patch 0003), `k4` = SPLIT_K 4 (patch "
+           "0004), `x0` = swap-AB forced off. 'shipped' = the entry in `configs/`: the benched one where the "
+           "re-run kept it, else stock.\n"]
     summary = {}
     for shape, per_m in by.items():
         sh = mb.SHAPES[shape]
+        fname = mb.config_file_name(sh["E"], sh["N"], sh["block"])
+        shipped_cfgs, _ = mb.get_moe_configs(sh["E"], sh["N"], sh["block"], [configs_dir])
         out.append(f"\n#### {shape}: E={sh['E']}, top-{sh['topk']}, hidden {sh['H']}, N={sh['N']}"
-                   f"{', block ' + str(sh['block']) if sh['block'] else ''} (file `{mb.config_file_name(sh['E'], sh['N'], sh['block'])}`)\n")
-        out.append("| M | stock config (source) | stock w13 / w2 = sum | stock no-swap sum | ours config | "
-                   "ours w13 / w2 = sum | ours no-swap sum | ours/stock | mem floor w13 / w2 | frac w13 / w2 (shipped) | "
+                   f"{', block ' + str(sh['block']) if sh['block'] else ''} (file `{fname}`)\n")
+        out.append("| M | stock config (source) | stock w13 / w2 = sum | benched entry | benched w13 / w2 = sum | "
+                   "benched/stock | shipped | mem floor w13 / w2 | frac w13 / w2 (shipped) | "
                    "roofline frac w13 / w2 (shipped) |")
-        out.append("|---|---|---|---|---|---|---|---|---|---|---|")
+        out.append("|---|---|---|---|---|---|---|---|---|---|")
         for M in sorted(per_m):
             v = per_m[M]
-            st = v["stock"]
+            st, ours = v["stock"], v.get("ours")
             s13, s2 = t_of(st["w13"]), t_of(st["w2"])
-            sns = v.get("stock_noswap")
-            sns_t = f"{t_of(sns['w13']) + t_of(sns['w2']):.1f}" if sns else "n/a (BM>=64 or BN<64)"
-            ours = v.get("ours")
             f13, f2 = st["w13"]["floor_us"], st["w2"]["floor_us"]
             r13, r2 = max(f13, compute_floor_us(sh, M, "w13")), max(f2, compute_floor_us(sh, M, "w2"))
+            ship13, ship2, shipped = s13, s2, "stock"
+            o_entry = o_s = ratio_s = ""
             if ours:
                 o13, o2 = t_of(ours["w13"]), t_of(ours["w2"])
-                ons = v.get("ours_noswap")
-                ons_t = f"{t_of(ons['w13']) + t_of(ons['w2']):.1f}" if ons else "n/a"
-                ocfg = ours["w13"]["cfg"]
-                same = ocfg == st["w13"]["cfg"]
-                ratio = (o13 + o2) / (s13 + s2)
-                ours_s = f"{o13:.1f} / {o2:.1f} = {o13 + o2:.1f}"
-                ship13, ship2 = (o13, o2)
-                ocfg_s = "= stock" if same else f"`{ocfg}`"
-                ratio_s = f"{ratio:.3f}"
-            else:
-                ons_t, ours_s, ocfg_s, ratio_s = "", "", "(no file)", ""
-                ship13, ship2 = s13, s2
+                o_entry = ours["w13"].get("entry", ours["w13"]["cfg"])
+                o_s = f"{o13:.1f} / {o2:.1f} = {o13 + o2:.1f}"
+                ratio_s = f"{(o13 + o2) / (s13 + s2):.3f}"
+                if shipped_cfgs:
+                    key = min(shipped_cfgs, key=lambda x: abs(x - M))
+                    if mb.entry_str(shipped_cfgs[key]) == o_entry and o_entry != st["w13"]["cfg"]:
+                        ship13, ship2, shipped = o13, o2, "benched"
+                o_entry = "= stock" if o_entry == st["w13"]["cfg"] else f"`{o_entry}`"
             src = st["w13"]["src"].replace("file:configs", "stock file")
-            out.append(f"| {M} | `{st['w13']['cfg']}` ({src}) | {s13:.1f} / {s2:.1f} = {s13 + s2:.1f} | {sns_t} | "
-                       f"{ocfg_s} | {ours_s} | {ns_t_fix(ons_t)} | {ratio_s} | {f13:.1f} / {f2:.1f} | "
-                       f"{f13 / ship13:.2f} / {f2 / ship2:.2f} | {r13 / ship13:.2f} / {r2 / ship2:.2f} |")
-            summary.setdefault(shape, {})[M] = {"rfrac13": r13 / ship13, "rfrac2": r2 / ship2,"stock": s13 + s2, "ship": ship13 + ship2, "frac13": f13 / ship13,
-                                                "frac2": f2 / ship2, "stock_frac13": f13 / s13,
-                                                "stock_frac2": f2 / s2}
+            out.append(f"| {M} | `{st['w13']['cfg']}` ({src}) | {s13:.1f} / {s2:.1f} = {s13 + s2:.1f} | {o_entry} | "
+                       f"{o_s} | {ratio_s} | {shipped} | {f13:.1f} / {f2:.1f} | {f13 / ship13:.2f} / {f2 / ship2:.2f} | "
+                       f"{r13 / ship13:.2f} / {r2 / ship2:.2f} |")
+            summary.setdefault(shape, {})[M] = {"rfrac13": r13 / ship13, "rfrac2": r2 / ship2, "stock": s13 + s2,
+                                                "ship": ship13 + ship2, "frac13": f13 / ship13, "frac2": f2 / ship2}
     return "\n".join(out), summary
-
-
-def ns_t_fix(s):
-    return s
 
 
 def goals(summary):
@@ -108,43 +104,61 @@ def goals(summary):
 
 def jit_section(path):
     d = json.load(open(path))
-    out = [f"Kernel sources: stock `{d['stock_decorator']}`, patched `{d['patched_decorator']}` "
-           f"(patches/0002 applied to the pinned fused_moe.py). Each sweep starts with an empty in-process "
-           "kernel cache and a fresh `TRITON_CACHE_DIR`; compiles counted with Triton's "
-           "`knobs.runtime.jit_post_compile_hook`; one count = one compiled variant of `fused_moe_kernel` (w13 and "
-           "w2 are separate variants: different N/K/top_k constexprs).\n",
-           "| sweep | stock compiles (time) | patched compiles (time) |", "|---|---|---|"]
-    for lab in ("fixedcfg",):
+    out = [f"Kernel sources: stock `{d['stock_decorator']}`; patched `{d['patched_decorator']}` (the whole "
+           "series applied to the pinned fused_moe.py). Stock runs use stock vLLM's configs, patched runs our "
+           "files (the image). Each sweep starts with an empty in-process kernel cache and a fresh "
+           "`TRITON_CACHE_DIR`; compiles counted with Triton's `knobs.runtime.jit_post_compile_hook`; one count = "
+           "one compiled kernel variant (w13 and w2 are separate variants: different N/K/top_k constexprs; the "
+           "split-K kernel counts too).\n",
+           "| sweep | stock: (GEMM, config) pairs, compiles (time) | patched: (GEMM, config) pairs, compiles (time) |",
+           "|---|---|---|"]
+    if "stock_fixed_1_64" in d:
         s, p = d["stock_fixed_1_64"], d["patched_fixed_1_64"]
-        out.append(f"| one config (`M16N64K128G1w4s4`), M = 1..64, w13+w2 | {s['traffic']['compiles']} "
-                   f"({s['traffic']['compile_s']:.1f} s) | {p['traffic']['compiles']} ({p['traffic']['compile_s']:.1f} s) |")
-    s, p = d["stock"], d["patched"]
-    out.append(f"| per-M dispatch ({s['distinct_configs']} distinct configs), warm-up (vLLM capture sizes 1,2,4,8..512 + 8192) | "
-               f"{s['warmup']['compiles']} ({s['warmup']['compile_s']:.1f} s) | {p['warmup']['compiles']} "
-               f"({p['warmup']['compile_s']:.1f} s) |")
-    out.append(f"| then traffic M = 1..8192 (compiles after warm-up) | {s['traffic']['compiles']} "
-               f"({s['traffic']['compile_s']:.1f} s) | {p['traffic']['compiles']} ({p['traffic']['compile_s']:.1f} s) |")
-    out.append("\nFirst post-warm-up compiles (M, variants, config): stock "
-               f"{[tuple(x) for x in s['traffic']['new_at']]}; patched {[tuple(x) for x in p['traffic']['new_at']]}.\n")
-    out.append("Steady state, w13 + w2 CUPTI µs, same per-M config for all three; stock timed twice for noise:\n")
-    out.append("| M | config | stock (a) | patched | stock (b) | patched vs mean stock | stock a-b spread |")
-    out.append("|---|---|---|---|---|---|---|")
-    for r in d["steady_state"]:
-        out.append(f"| {r['M']} | `{r['cfg']}` | {r['stock_a']:.2f} | {r['patched']:.2f} | {r['stock_b']:.2f} | "
-                   f"{r['patched_vs_stock'] * 100:+.1f}% | {r['noise'] * 100:.1f}% |")
+        out.append(f"| one config (`M16N64K128G1w4s4`), M = 1..64, w13+w2 | 2, {s['traffic']['compiles']} "
+                   f"({s['traffic']['compile_s']:.1f} s) | 2, {p['traffic']['compiles']} "
+                   f"({p['traffic']['compile_s']:.1f} s) |")
+    extra = d.get("extended_warmup_extra_ms") or {}
+    for lab, what in (("", "vLLM's warm-up (capture sizes 1,2,4,8..512 + 8192)"),
+                      ("_extwarm", "warm-up extended by M = {} (stock) / {} (patched)".format(
+                          extra.get("stock"), extra.get("patched")))):
+        s, p = d.get("stock" + lab), d.get("patched" + lab)
+        if not (s and p):
+            continue
+        out.append(f"| per-M dispatch, {what} | {s['distinct_gemm_configs']}, {s['warmup']['compiles']} "
+                   f"({s['warmup']['compile_s']:.1f} s) | {p['distinct_gemm_configs']}, {p['warmup']['compiles']} "
+                   f"({p['warmup']['compile_s']:.1f} s) |")
+        out.append(f"| then traffic M = 1..8192 (compiles after that warm-up) | {s['traffic']['compiles']} "
+                   f"({s['traffic']['compile_s']:.1f} s) | {p['traffic']['compiles']} "
+                   f"({p['traffic']['compile_s']:.1f} s) |")
+    s, p = d.get("stock"), d.get("patched")
+    if s and p:
+        out.append("\nFirst compiles after vLLM's warm-up (M, variants, config): stock "
+                   f"{[tuple(x) for x in s['traffic']['new_at']][:8]}; patched "
+                   f"{[tuple(x) for x in p['traffic']['new_at']]}.\n")
+    if d.get("steady_state"):
+        out.append("Steady state, w13 + w2 CUPTI µs, the same (stock vLLM's) per-M config for all three; stock "
+                   "timed twice for noise:\n")
+        out.append("| M | config | stock (a) | patched | stock (b) | patched vs mean stock | stock a-b spread |")
+        out.append("|---|---|---|---|---|---|---|")
+        for r in d["steady_state"]:
+            out.append(f"| {r['M']} | `{r['cfg']}` | {r['stock_a']:.2f} | {r['patched']:.2f} | {r['stock_b']:.2f} | "
+                       f"{r['patched_vs_stock'] * 100:+.1f}% | {r['noise'] * 100:.1f}% |")
     return "\n".join(out)
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--bench", required=True)
-    ap.add_argument("--jit", required=True)
+    ap.add_argument("--jit", nargs="+", required=True)
+    ap.add_argument("--configs-dir", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs"))
     args = ap.parse_args(argv)
-    t, summary = bench_tables(args.bench)
+    t, summary = bench_tables(args.bench, args.configs_dir)
     print(t)
     print(goals(summary))
-    print("\n### JIT compiles (qwen3-235b-tp8, our config file)\n")
-    print(jit_section(args.jit))
+    for path in args.jit:
+        shape = json.load(open(path)).get("patched", {}).get("shape", "?")
+        print(f"\n#### JIT compiles, {shape}\n")
+        print(jit_section(path))
 
 
 if __name__ == "__main__":

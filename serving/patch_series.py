@@ -576,6 +576,13 @@ def nearest_config(configs: dict[int, dict], m: int) -> tuple[int, dict]:
     return key, configs[key]
 
 
+def gemm_config(entry: dict, gemm: str) -> dict:
+    """One GEMM's config of a tuned entry, as patch 0003's
+    try_get_optimal_moe_gemm_configs resolves it."""
+    flat = {k: v for k, v in entry.items() if k not in ("w13", "w2")}
+    return {**flat, **entry.get(gemm, {})}
+
+
 def verify_swap_ab(tree: Tree, configs_dir: Path | None,
                    decode_sizes: Iterable[int] = range(1, DEFAULT_DECODE_MAX + 1)
                    ) -> dict:
@@ -583,7 +590,8 @@ def verify_swap_ab(tree: Tree, configs_dir: Path | None,
     problems = []
     for rel, pattern in (
         (_UTILS, r"^def enable_swap_ab\("),
-        (_FUSED_MOE, r"if use_fp8_w8a8:\n\s+SWAP_AB = enable_swap_ab\("
+        # patch 0003 wraps the call in a per-GEMM SWAP_AB override: "SWAP_AB = (\n enable_swap_ab(...)"
+        (_FUSED_MOE, r"if use_fp8_w8a8:\n\s+SWAP_AB = \(?\s*enable_swap_ab\("
                      r"config\[\"BLOCK_SIZE_M\"\], config\[\"BLOCK_SIZE_N\"\]\)"),
         (_FUSED_MOE, r"SWAP_AB=SWAP_AB,"),
     ):
@@ -614,19 +622,27 @@ def verify_swap_ab(tree: Tree, configs_dir: Path | None,
         except (ValueError, AttributeError) as e:
             problems.append(f"{cfg_file.name}: not a fused-MoE config JSON ({e})")
             continue
-        # A decode entry with BLOCK_SIZE_M >= 64 wastes most of each 64-row wgmma (the
-        # waste swap-AB exists to remove): always an error. An entry with a narrow N tile
-        # (BLOCK_SIZE_N < 64) is a tuner's measured choice where swap-AB does not apply
-        # (the H200 sweep found equal times with the swap forced on): allowed and
-        # recorded, as long as swap-AB fires for some decode sizes of the file.
-        wide_m, fires, narrow_n = [], [], []
+        # Checked on w13, the decode GEMM swap-AB was made for, with the entry's
+        # per-GEMM keys (patch 0003). A decode entry with BLOCK_SIZE_M >= 64 wastes most
+        # of each 64-row wgmma (the waste swap-AB exists to remove), and a w13 with
+        # swap-AB forced off gives the gain away: both are errors. An entry with a narrow
+        # N tile (BLOCK_SIZE_N < 64) is a tuner's measured choice where swap-AB does not
+        # apply (the H200 sweep found equal times with the swap forced on): allowed and
+        # recorded, as long as swap-AB fires for some decode sizes of the file. Where it
+        # fires for w2 is recorded (the tuner may turn it off there: measured faster).
+        wide_m, fires, narrow_n, w2_fires = [], [], [], []
         for m in decode_sizes:
-            key, cfg = nearest_config(configs, m)
-            bm, bn = cfg["BLOCK_SIZE_M"], cfg["BLOCK_SIZE_N"]
-            if hopper(bm, bn):
+            key, entry = nearest_config(configs, m)
+            w13, w2 = (gemm_config(entry, g) for g in ("w13", "w2"))
+            bm, bn = w13["BLOCK_SIZE_M"], w13["BLOCK_SIZE_N"]
+            if w2.get("SWAP_AB", hopper(w2["BLOCK_SIZE_M"], w2["BLOCK_SIZE_N"])):
+                w2_fires.append(m)
+            if w13.get("SWAP_AB", hopper(bm, bn)):
                 fires.append(m)
             elif bm >= 64:
                 wide_m.append(f"M={m} (entry {key}: BLOCK_SIZE_M={bm}, BLOCK_SIZE_N={bn})")
+            elif "SWAP_AB" in w13 and bn >= 64:
+                wide_m.append(f"M={m} (entry {key}: w13 SWAP_AB=false)")
             else:
                 narrow_n.append(m)
         if wide_m or not fires:
@@ -634,7 +650,8 @@ def verify_swap_ab(tree: Tree, configs_dir: Path | None,
                 f"swap-AB does not fire for {cfg_file.name} at " + ", ".join(
                     wide_m or [f"any decode size M={min(decode_sizes)}..{max(decode_sizes)}"])
                 + "; it needs BLOCK_SIZE_M < 64 and BLOCK_SIZE_N >= 64")
-        fired[cfg_file.name] = {"fires_at": _ranges(fires), "narrow_n_tile_at": _ranges(narrow_n)}
+        fired[cfg_file.name] = {"fires_at": _ranges(fires), "narrow_n_tile_at": _ranges(narrow_n),
+                                "w2_fires_at": _ranges(w2_fires)}
         checked.append(cfg_file.name)
     if problems:
         raise PatchSeriesError("\n".join(problems))

@@ -24,6 +24,8 @@ REQUIRED = {"BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num
 # vLLM's tuner (benchmarks/kernels/benchmark_moe.py) batch sizes up to 4096
 TUNER_MS = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072, 4096]
 H100_SMEM = 227 * 1024  # bytes of shared memory a Hopper CTA can use
+# what patch 0003 lets a per-GEMM dict set (vLLM's MOE_GEMM_KEYS once patched)
+PER_GEMM_KEYS = {"BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages", "SWAP_AB", "SPLIT_K"}
 
 FILES = sorted(p for p in CONFIGS.glob("*.json"))
 
@@ -51,21 +53,34 @@ def test_config_file_format(path):
     assert all(k > 0 for k in keys)
     assert sorted(keys) == keys, "keys out of order (harmless for vLLM, but the tuner writes them sorted)"
     assert set(TUNER_MS) <= set(keys), "every tuner token count must have an entry"
-    for k, cfg in data.items():
-        assert set(cfg) == REQUIRED, f"M={k}: keys {sorted(cfg)}"
-        assert all(isinstance(v, int) and not isinstance(v, bool) for v in cfg.values()), f"M={k}: {cfg}"
-        bm, bn, bk = cfg["BLOCK_SIZE_M"], cfg["BLOCK_SIZE_N"], cfg["BLOCK_SIZE_K"]
-        for name in ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K"):
-            assert _pow2(cfg[name]), f"M={k}: {name}={cfg[name]} is not a power of 2"
-        assert 8 <= bm <= 256 and 16 <= bn <= 256 and 16 <= bk <= 512, f"M={k}: {cfg}"
-        assert cfg["GROUP_SIZE_M"] >= 1
-        assert cfg["num_warps"] in (1, 2, 4, 8, 16)
-        assert 1 <= cfg["num_stages"] <= 8
-        # fp8 operands: one byte an element; A tile + B tile per pipeline stage
-        assert (bm * bk + bk * bn) * cfg["num_stages"] <= H100_SMEM, f"M={k}: {cfg} needs too much smem"
-        if block is not None:
-            # the kernel loads ONE block scale per K tile: BLOCK_SIZE_K must tile a quant block
-            assert bk <= block[1] and block[1] % bk == 0, f"M={k}: BLOCK_SIZE_K={bk} vs block {block}"
+    for k, entry in data.items():
+        # patch 0003: optional per-GEMM dicts override the flat keys (never BLOCK_SIZE_M)
+        assert set(entry) - {"w13", "w2"} == REQUIRED, f"M={k}: keys {sorted(entry)}"
+        for gemm in ("w13", "w2"):
+            sub = entry.get(gemm, {})
+            assert set(sub) <= PER_GEMM_KEYS, f"M={k} {gemm}: {sorted(sub)}"
+            cfg = mb.gemm_config(entry, gemm)
+            _check_gemm_config(f"M={k} {gemm}", cfg, block)
+
+
+def _check_gemm_config(where, cfg, block):
+    assert all(isinstance(cfg[key], int) and not isinstance(cfg[key], bool) for key in REQUIRED), f"{where}: {cfg}"
+    bm, bn, bk = cfg["BLOCK_SIZE_M"], cfg["BLOCK_SIZE_N"], cfg["BLOCK_SIZE_K"]
+    for name in ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K"):
+        assert _pow2(cfg[name]), f"{where}: {name}={cfg[name]} is not a power of 2"
+    assert 8 <= bm <= 256 and 16 <= bn <= 256 and 16 <= bk <= 512, f"{where}: {cfg}"
+    assert cfg["GROUP_SIZE_M"] >= 1
+    assert cfg["num_warps"] in (1, 2, 4, 8, 16)
+    assert 1 <= cfg["num_stages"] <= 8
+    # fp8 operands: one byte an element; A tile + B tile per pipeline stage
+    assert (bm * bk + bk * bn) * cfg["num_stages"] <= H100_SMEM, f"{where}: {cfg} needs too much smem"
+    if block is not None:
+        # the kernel loads ONE block scale per K tile: BLOCK_SIZE_K must tile a quant block
+        assert bk <= block[1] and block[1] % bk == 0, f"{where}: BLOCK_SIZE_K={bk} vs block {block}"
+    if "SWAP_AB" in cfg:
+        assert isinstance(cfg["SWAP_AB"], bool), f"{where}: SWAP_AB={cfg['SWAP_AB']!r}"
+    if "SPLIT_K" in cfg:
+        assert cfg["SPLIT_K"] in (2, 4, 8), f"{where}: SPLIT_K={cfg['SPLIT_K']} (patch 0004 tunes 2, 4, 8)"
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
@@ -164,3 +179,95 @@ def test_default_config_equals_vllm(monkeypatch):
             theirs = dict(fm.get_default_config(M, sh["E"], sh["N"], sh["H"], sh["topk"], "fp8_w8a8", sh["block"]))
             theirs.pop("SPLIT_K", None)
             assert mb.get_default_config(M, sh["E"], sh["N"], sh["H"], sh["topk"], "fp8_w8a8", sh["block"]) == theirs
+
+
+def _patched_vllm_fused_moe():
+    try:
+        fm = importlib.import_module("vllm.model_executor.layers.fused_moe.fused_moe")
+    except Exception as ex:  # noqa: BLE001
+        pytest.skip(f"vLLM not importable here: {ex!r}")
+    if not hasattr(fm, "try_get_optimal_moe_gemm_configs"):
+        pytest.fail("the installed vLLM lacks patch 0003 (run `python -m serving.patch_series apply`)")
+    return fm
+
+
+def test_vllm_per_gemm_lookup(monkeypatch):
+    """Patch 0003 in the installed vLLM: the (w13, w2) pair it resolves from our
+    files is the harness's (what the H200 measured); other callers get the
+    flat entry."""
+    fm = _patched_vllm_fused_moe()
+    monkeypatch.setenv("VLLM_TUNED_CONFIG_FOLDER", str(CONFIGS))
+    monkeypatch.setattr(fm, "get_device_name_as_file_name", lambda: "NVIDIA_H200")
+    fm.get_moe_configs.cache_clear()
+    seen_split_k = False
+    for name, sh in mb.SHAPES.items():
+        w1 = (sh["E"], 2 * sh["N"], sh["H"])
+        w2 = (sh["E"], sh["H"], sh["N"])
+        for M in (1, 2, 3, 24, 100, 5000):
+            got13, got2 = fm.try_get_optimal_moe_gemm_configs(w1, w2, sh["topk"], "fp8_w8a8", M, sh["block"])
+            entry, _ = mb.try_get_config(sh, M, [str(CONFIGS), str(Path(fm.__file__).parent / "configs")])
+            assert (got13, got2) == (mb.gemm_config(entry, "w13"), mb.gemm_config(entry, "w2")), (name, M)
+            assert got13["BLOCK_SIZE_M"] == got2["BLOCK_SIZE_M"]
+            flat = fm.try_get_optimal_moe_config(w1, w2, sh["topk"], "fp8_w8a8", M, sh["block"])
+            assert not {"w13", "w2"} & set(flat), (name, M, flat)
+            seen_split_k |= got13.get("SPLIT_K", 1) > 1
+    assert seen_split_k, "no shipped entry uses patch 0004's split-K kernel"
+
+
+@pytest.mark.parametrize("entry, message", [
+    ({"w2": {"BLOCK_SIZE_M": 32}}, "'w2' sets ['BLOCK_SIZE_M']; allowed:"),
+    ({"SWAP_AB": False}, "['SWAP_AB'] may be set only inside ['w13', 'w2'] dicts"),
+    ({"SPLIT_K": 2}, "['SPLIT_K'] may be set only inside ['w13', 'w2'] dicts"),
+    ({"w13": {"SPLIT_K": 0}}, "'w13': SPLIT_K must be a positive integer, got 0"),
+    ({"w13": {"num_warps": 4, "tile": 2}}, "'w13' sets ['tile']; allowed:"),
+    ({"w13": [1]}, "'w13' must be an object"),
+])
+def test_vllm_rejects_bad_per_gemm_entries(monkeypatch, tmp_path, entry, message):
+    """A bad per-GEMM entry fails at load, naming the file, the entry and what is allowed."""
+    fm = _patched_vllm_fused_moe()
+    base = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1,
+            "num_warps": 4, "num_stages": 3}
+    name = mb.config_file_name(128, 192)
+    (tmp_path / name).write_text(json.dumps({"1": base, "8": {**base, **entry}}))
+    monkeypatch.setenv("VLLM_TUNED_CONFIG_FOLDER", str(tmp_path))
+    monkeypatch.setattr(fm, "get_device_name_as_file_name", lambda: "NVIDIA_H200")
+    fm.get_moe_configs.cache_clear()
+    with pytest.raises(ValueError) as ei:
+        fm.get_moe_configs(128, 192, "fp8_w8a8", 0, 0)
+    fm.get_moe_configs.cache_clear()
+    assert str(tmp_path / name) in str(ei.value) and "entry 8:" in str(ei.value)
+    assert message in str(ei.value)
+
+
+def test_vllm_warmup_reaches_every_config(monkeypatch):
+    """Patch 0005: vLLM's warm-up sizes plus moe_warmup_token_counts reach every
+    (w13 config, w2 config, expert-assignment path) that a batch of 1..8192
+    tokens selects from our files, computed here independently through the
+    harness's copy of the lookup; and each extra size reaches a new one."""
+    fm = _patched_vllm_fused_moe()
+    if not hasattr(fm, "moe_warmup_token_counts"):
+        pytest.fail("the installed vLLM lacks patch 0005 (run `python -m serving.patch_series apply`)")
+    monkeypatch.setenv("VLLM_TUNED_CONFIG_FOLDER", str(CONFIGS))
+    monkeypatch.setattr(fm, "get_device_name_as_file_name", lambda: "NVIDIA_H200")
+    monkeypatch.setattr(fm, "_MOE_CONFIG_LOOKUPS", set())
+    fm.get_moe_configs.cache_clear()
+    max_tokens = 8192
+    for sh in mb.SHAPES.values():  # the profile run looks every MoE shape up once
+        fm.try_get_optimal_moe_config((sh["E"], 2 * sh["N"], sh["H"]), (sh["E"], sh["H"], sh["N"]), sh["topk"],
+                                      "fp8_w8a8", max_tokens, sh["block"])
+    visited = set(mb.vllm_warmup_ms(max_tokens))
+    extra = fm.moe_warmup_token_counts(max_tokens, visited)
+
+    def key(name, sh, m):
+        entry, _ = mb.try_get_config(sh, m, [str(CONFIGS)])
+        return name, mb.entry_str(entry), m * sh["topk"] * 4 <= sh["E"]
+
+    every = {key(n, sh, m) for n, sh in mb.SHAPES.items() for m in range(1, max_tokens + 1)}
+    reached = {key(n, sh, m) for n, sh in mb.SHAPES.items() for m in visited}
+    assert reached != every, "vLLM's own warm-up already reaches every config: nothing to test"
+    for m in extra:
+        new = {key(n, sh, m) for n, sh in mb.SHAPES.items()} - reached
+        assert new, f"warm-up size {m} reaches no new config"
+        reached |= new
+    assert reached == every
+    assert 769 in extra or any(512 < m <= 1024 for m in extra)  # key 1024's config (measured compile at 769)

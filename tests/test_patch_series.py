@@ -220,7 +220,8 @@ def test_swap_ab_fires_for_shipped_style_config(tmp_path):
     record = ps.apply_series(target, configs_dir=configs, log=lambda _: None)
     assert record["swap_ab"]["configs_checked"] == [good]
     assert record["swap_ab"]["decode_batch_sizes"] == [1, 32]
-    assert record["swap_ab"]["per_config"][good] == {"fires_at": "1-32", "narrow_n_tile_at": ""}
+    assert record["swap_ab"]["per_config"][good] == {"fires_at": "1-32", "narrow_n_tile_at": "",
+                                                     "w2_fires_at": "1-32"}
 
 
 def test_swap_ab_tuned_narrow_n_entries_are_recorded_not_refused(tmp_path):
@@ -230,7 +231,35 @@ def test_swap_ab_tuned_narrow_n_entries_are_recorded_not_refused(tmp_path):
     name = "E=256,N=256,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128,128].json"
     _write_config(configs, name, {1: (16, 16), 2: (8, 32), 4: (8, 64), 16: (16, 128), 256: (64, 128)})
     record = ps.apply_series(fresh_copy("cpu", tmp_path / "t"), configs_dir=configs, log=lambda _: None)
-    assert record["swap_ab"]["per_config"][name] == {"fires_at": "4-32", "narrow_n_tile_at": "1-3"}
+    assert record["swap_ab"]["per_config"][name] == {"fires_at": "4-32", "narrow_n_tile_at": "1-3",
+                                                     "w2_fires_at": "4-32"}
+
+
+def _write_entries(d: Path, name: str, entries: dict[int, dict]) -> None:
+    d.mkdir(exist_ok=True)
+    base = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1,
+            "num_warps": 4, "num_stages": 3}
+    (d / name).write_text(json.dumps({str(m): {**base, **e} for m, e in entries.items()}))
+
+
+def test_swap_ab_per_gemm_entries(tmp_path):
+    # patch 0003: the check reads w13 with its per-GEMM keys; w2 may turn swap-AB off (recorded)
+    configs = tmp_path / "configs"
+    name = "E=128,N=192,device_name=NVIDIA_H200,dtype=fp8_w8a8.json"
+    _write_entries(configs, name, {1: {"w2": {"SWAP_AB": False}}, 8: {"w2": {"BLOCK_SIZE_N": 32}},
+                                   16: {"w13": {"SPLIT_K": 2}}, 256: {"BLOCK_SIZE_M": 64}})
+    record = ps.apply_series(fresh_copy("cpu", tmp_path / "t"), configs_dir=configs, log=lambda _: None)
+    assert record["swap_ab"]["per_config"][name] == {"fires_at": "1-32", "narrow_n_tile_at": "",
+                                                     "w2_fires_at": "13-32"}
+
+
+def test_swap_ab_forced_off_for_w13_fails(tmp_path):
+    configs = tmp_path / "configs"
+    name = "E=128,N=192,device_name=NVIDIA_H200,dtype=fp8_w8a8.json"
+    _write_entries(configs, name, {1: {"w13": {"SWAP_AB": False}}, 16: {}})
+    r = cli("apply", "--target", str(fresh_copy("cpu", tmp_path / "t")), "--configs", str(configs))
+    assert r.returncode == 1
+    assert f"swap-AB does not fire for {name} at M=1 (entry 1: w13 SWAP_AB=false)" in r.stderr
 
 
 def test_swap_ab_never_firing_for_decode_fails(tmp_path):
@@ -255,8 +284,8 @@ def test_swap_ab_not_firing_fails_naming_config(tmp_path):
 
 def test_swap_ab_missing_upstream_code_fails(tmp_path):
     target = fresh_copy("cpu", tmp_path)
-    f = target / "model_executor/layers/fused_moe/fused_moe.py"
-    f.write_text(f.read_text().replace("SWAP_AB = enable_swap_ab(", "SWAP_AB = False and (", 1))
+    f = target / "model_executor/layers/fused_moe/utils.py"
+    f.write_text(f.read_text().replace("def enable_swap_ab(", "def enable_swap_ab_gone(", 1))
     r = cli("apply", "--target", str(target))
     assert r.returncode == 1 and "swap-AB (vllm PR #36559) missing" in r.stderr
 

@@ -1,0 +1,66 @@
+"""Run patch 0004's split-K fused-MoE kernel under Triton's interpreter.
+
+Run as a script with TRITON_INTERPRET=1 in the environment (Triton reads it
+when it is imported, so a separate process) and the path of a vLLM
+fused_moe.py as the argument; prints one JSON object: case -> relative error
+(or the error), plus whether the split-K workspace was left zeroed. Used by
+tests/test_moe_split_k_kernel.py. Values are float32 stand-ins for fp8 (the
+interpreter holds no fp8); the kernel and vLLM's launcher for it are the
+file's own, loaded as the H200 harness loads them.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+import moe_kernel_bench as mb  # noqa: E402
+
+SHAPES = {
+    "per-tensor": dict(E=8, topk=2, H=256, N=96, block=None),
+    "block-128": dict(E=16, topk=4, H=256, N=128, block=[128, 128]),
+}
+BASE = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1, "num_warps": 4,
+        "num_stages": 2}
+CONFIGS = {
+    "unsplit": BASE,
+    "k2": dict(BASE, SPLIT_K=2),
+    "k3-swap": dict(BASE, SPLIT_K=3, SWAP_AB=True),
+    "k2-bm32-group": dict(BASE, BLOCK_SIZE_M=32, GROUP_SIZE_M=2, SPLIT_K=2),
+}
+
+
+def main() -> int:
+    kmod, _ = mb.load_kernel(sys.argv[1], "checked")
+    calls = []
+    real = kmod._invoke_fused_moe_kernel_split_k
+    kmod._invoke_fused_moe_kernel_split_k = lambda *a, **k: calls.append(1) or real(*a, **k)
+    dev = torch.device("cpu")
+    out = {"cases": {}}
+    for shape, sh in SHAPES.items():
+        for M in (1, 9):  # naive assignment (M*top_k*4 <= E) at M=1, aligned at 9
+            inp = mb.Inputs(sh, M, dev, torch.Generator(device=dev).manual_seed(M))
+            for i, gemm in enumerate(("w13", "w2")):
+                W = mb.Weights(sh, gemm, 1, dev, seed=i)
+                ref = mb.reference(sh, gemm, inp, W, 0)
+                for name, cfg in CONFIGS.items():
+                    for rep in range(2):  # the second launch must find the workspace zeroed again
+                        n0 = len(calls)
+                        try:
+                            ok, err = mb.check(kmod, sh, gemm, inp, W, cfg, ref)
+                            res = {"ok": ok, "relerr": err}
+                        except Exception as ex:  # noqa: BLE001
+                            res = {"ok": False, "error": repr(ex)[-300:]}
+                        res["split_k_kernel"] = len(calls) > n0
+                        out["cases"][f"{shape} M={M} {gemm} {name} launch {rep}"] = res
+    out["workspace_zeroed"] = all(not p.any() and not c.any() for p, c in kmod._SPLIT_K_WORKSPACES.get(dev, []))
+    out["workspaces"] = len(kmod._SPLIT_K_WORKSPACES.get(dev, []))
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
