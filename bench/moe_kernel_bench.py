@@ -68,14 +68,14 @@ TP8_SHAPES = ["qwen3-235b-tp8", "qwen3-coder-480b-tp8", "mixtral-8x7b-tp8", "dee
 TUNER_MS = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072, 4096]
 L2_BYTES = 60 * 1024 * 1024
 CFG_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
-# per-GEMM keys of patches 0004/0005 (a config entry's "w13" / "w2" dicts)
+# a config entry's per-GEMM dicts (patch 0003)
 GEMM_NAMES = ("w13", "w2")
 
 # ----------------------------------------------------------------------------
 # kernel loading (no vLLM import)
 # ----------------------------------------------------------------------------
 _KERNEL_NAMES = ("write_zeros_to_output", "fused_moe_kernel")
-# patch 0005 (fused_moe_kernel_split_k): the kernel, vLLM's own launcher for
+# patch 0004 (fused_moe_kernel_split_k): the kernel, vLLM's own launcher for
 # it and its workspace, taken when the given file has them
 _SPLIT_K_NAMES = ("fused_moe_kernel_split_k", "_invoke_fused_moe_kernel_split_k", "_split_k_workspace",
                   "_SPLIT_K_WORKSPACES", "_SPLIT_K_MAX_WORKSPACE_BYTES")
@@ -262,8 +262,6 @@ def cfg_clean(c: dict) -> dict:
     return out
 
 
-
-
 def entry_str(entry: dict) -> str:
     if not any(g in entry for g in GEMM_NAMES):
         return cfg_str(entry)
@@ -335,7 +333,7 @@ def enable_swap_ab(BM, BN) -> bool:
 
 def swap_of(config: dict, swap_ab=None) -> bool:
     """swap-AB as the patched launcher decides: forced by the caller, else the
-    config's SWAP_AB key (patch 0004), else vLLM's rule."""
+    config's SWAP_AB key (patch 0003), else vLLM's rule."""
     if swap_ab is not None:
         return bool(swap_ab)
     if "SWAP_AB" in config:
@@ -383,9 +381,9 @@ def invoke(kmod, A, B, C, A_scale, B_scale, topk_weights, sorted_ids, expert_ids
         A_scale = A_scale.reshape(1)
     split_k = config.get("SPLIT_K", 1)
     if split_k > 1:
-        # patch 0005: vLLM's own launcher of fused_moe_kernel_split_k
+        # patch 0004: vLLM's own launcher of fused_moe_kernel_split_k
         if not hasattr(kmod, "_invoke_fused_moe_kernel_split_k"):
-            raise RuntimeError(f"{cfg_str(config)} needs fused_moe_kernel_split_k (patch 0005) in the kernel source")
+            raise RuntimeError(f"{cfg_str(config)} needs fused_moe_kernel_split_k (patch 0004) in the kernel source")
         real = kmod.fused_moe_kernel_split_k
         if warmup:
             kmod.fused_moe_kernel_split_k = _WarmupOnly(real)
@@ -400,9 +398,7 @@ def invoke(kmod, A, B, C, A_scale, B_scale, topk_weights, sorted_ids, expert_ids
             kmod.fused_moe_kernel_split_k = real
     kfn = kmod.fused_moe_kernel[grid] if not warmup else _WarmupOnly(kmod.fused_moe_kernel)[grid]
     kfn(
-        A, B, C, None, A_scale, B_scale, topk_weights,
-        # the naive path never reads it; a real pointer for the runtime-flag kernel (patch 0002)
-        expert_ids if sorted_ids is None else sorted_ids, expert_ids, ntpp,
+        A, B, C, None, A_scale, B_scale, topk_weights, sorted_ids, expert_ids, ntpp,
         B.size(1), B.size(2), EM, num_tokens,
         A.stride(0), A.stride(1), B.stride(0), B.stride(2), B.stride(1), C.stride(1), C.stride(2),
         A_scale.stride(0) if A_scale is not None and A_scale.ndim == 2 else 0,
@@ -1019,7 +1015,7 @@ def mode_bench(args, kstock, kpatched, dev, bw, out, pc: "Precompiler"):
 
 
 def gemm_variants(shape, M, gemm, c) -> list[dict]:
-    """Patch 0004/0005 variants of one base config for one GEMM: SPLIT_K
+    """Patch 0003/0004 variants of one base config for one GEMM: SPLIT_K
     (decode: too few programs for the H200's memory) and swap-AB forced off
     (w2 at M=2-4 measured faster unswapped)."""
     E, topk = shape["E"], shape["topk"]
@@ -1037,7 +1033,7 @@ def gemm_variants(shape, M, gemm, c) -> list[dict]:
 
 
 def mode_gemm_tune(args, kmod, kstock, dev, bw, out, pc: "Precompiler"):
-    """Per-GEMM tuning with the patched kernel source (patches 0004/0005): for
+    """Per-GEMM tuning with the patched kernel source (patches 0003/0004): for
     each (shape, M) and GEMM, time the base candidates, then the split-K /
     swap-off variants of the best few; pick the (w13, w2) pair with one BLOCK_SIZE_M
     (both GEMMs share the alignment) of least summed time; re-measure the
@@ -1364,17 +1360,18 @@ def jit_sweep(kmod, shape_name, dev, folders, ms_warm, ms_traffic, label):
     return {"label": label, "shape": shape_name, "distinct_gemm_configs": n_cfg, **phases}
 
 
-def extended_warmup_ms(shape, folders, max_tokens=8192, boundary=True):
+def extended_warmup_ms(shape, folders, max_tokens=8192):
     """vLLM's warm-up sizes plus one M per config-file key (so every config the
-    per-M dispatch can pick is compiled) plus, for the stock kernel, both sides
-    of the naive-block-assignment boundary (M*top_k*4 <= E), a separate
-    constexpr variant there (a runtime flag with patch 0002)."""
+    per-M dispatch can pick is compiled) plus both sides of the naive-block-
+    assignment boundary (M*top_k*4 <= E): naive_block_assignment is a
+    constexpr, so a config used on both sides compiles twice. Patch 0005 makes
+    vLLM's warm-up reach the same (config, path) pairs."""
     sh = shape
     ms = vllm_warmup_ms(max_tokens)
     cfgs, _ = get_moe_configs(sh["E"], sh["N"], sh["block"], folders)
     keys = sorted(cfgs) if cfgs else []
     b = sh["E"] // (4 * sh["topk"])
-    extra = keys + ([b, b + 1] if b >= 1 and boundary else [])
+    extra = keys + ([b, b + 1] if b >= 1 else [])
     return ms + [m for m in extra if m not in ms]
 
 
@@ -1652,7 +1649,7 @@ def main(argv=None):
         print(f"[tune] done ({time.time() - t0:.0f}s)", flush=True)
     if "gtune" in modes:
         assert kpatched is not None and hasattr(kpatched, "fused_moe_kernel_split_k"), \
-            "gtune needs --patched-fused-moe-py with patches 0004/0005"
+            "gtune needs --patched-fused-moe-py with patches 0003/0004"
         mode_gemm_tune(args, kpatched, kstock, dev, bw, args.out, pc)
         print(f"[gtune] done ({time.time() - t0:.0f}s)", flush=True)
     if "probe" in modes:

@@ -7,7 +7,7 @@ Rules (issue 5):
   beat the stock choice (stock tuned file entry or get_default_config) by more
   than --min-gain in the tune run; else keep the stock choice. An entry of a
   `--mode tune` run is one config for w13 AND w2; an entry of a `--mode gtune`
-  run carries per-GEMM "w13"/"w2" dicts (patches 0004/0005). For the same
+  run carries per-GEMM "w13"/"w2" dicts (patches 0003/0004). For the same
   shape and M a later --tune file replaces an earlier one;
 * with --bench: an entry stays "ours" only where the re-run (bench mode, CUPTI
   kernel time, w13+w2) also shows ours faster than stock by more than
