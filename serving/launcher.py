@@ -169,14 +169,10 @@ def report(p: Plan) -> list[str]:
 
 def _patch_record_line() -> str:
     try:
-        from .patch_series import read_record
-        rec = read_record()
+        from .patch_series import describe_record, read_record
+        return describe_record(read_record())
     except Exception as e:  # the record is informative; never block a start on it
         return f"vLLM patches: record unreadable ({type(e).__name__})"
-    if not rec:
-        return "vLLM patches: none applied (stock vLLM)"
-    names = ", ".join(p.get("name", "?") if isinstance(p, dict) else str(p) for p in rec.get("patches", []))
-    return f"vLLM patches applied to {rec.get('vllm_version', '?')}: {names}"
 
 
 def command_line(p: Plan) -> str:

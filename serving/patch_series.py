@@ -696,12 +696,13 @@ def read_record(vllm_dir: Path | str | None = None) -> dict | None:
 
 
 def describe_record(record: dict | None) -> str:
-    """One line for the launcher's start-up log."""
+    """The launcher's start-up log line for the record (read_record's result)."""
     if not record:
-        return "vLLM: no LMI patch record (unpatched engine)"
-    names = ", ".join(p["name"].removesuffix(".patch") for p in record.get("patches", []))
-    return (f"vLLM {record.get('vllm_version')} with LMI patches: {names or 'none'} "
-            f"(applied {record.get('applied_at')})")
+        return "vLLM patches: none applied (stock vLLM)"
+    names = ", ".join(p.get("name", "?") if isinstance(p, dict) else str(p)
+                      for p in record.get("patches", []))
+    return (f"vLLM patches applied to {record.get('vllm_version', '?')}: {names or 'none'}"
+            f" (applied {record.get('applied_at', '?')})")
 
 
 def _record_identity(record: dict | None) -> tuple:

@@ -309,12 +309,13 @@ def test_project_configs_fire_swap_ab():
 def test_read_record_absent_and_describe(tmp_path):
     target = fresh_copy("cpu", tmp_path)
     assert ps.read_record(target) is None
-    assert "unpatched" in ps.describe_record(None)
+    assert ps.describe_record(None) == "vLLM patches: none applied (stock vLLM)"
     (target / ps.RECORD_NAME).write_text("{not json")
     assert ps.read_record(target) is None
     record = ps.apply_series(target, configs_dir=None, log=lambda _: None)
     line = ps.describe_record(ps.read_record(target))
-    assert line.startswith("vLLM 0.32.0 with LMI patches: 0001-") and record["applied_at"] in line
+    assert line.startswith("vLLM patches applied to 0.32.0: 0001-fp8-moe-hopper-prefer-triton-per-tensor.patch, ")
+    assert line.endswith(f" (applied {record['applied_at']})")
 
 
 def test_list_and_readme_table():
