@@ -146,6 +146,13 @@ def test_moe_align_block_size_torch():
         assert torch.all(sorted_ids[n:] == numel)
 
 
+def _read_configs_from(monkeypatch, fm, folder: Path) -> None:
+    """Make the installed vLLM's fused_moe read tuned files from `folder` as on an H200."""
+    monkeypatch.setenv("VLLM_TUNED_CONFIG_FOLDER", str(folder))
+    monkeypatch.setattr(fm, "get_device_name_as_file_name", lambda: "NVIDIA_H200")
+    fm.get_moe_configs.cache_clear()
+
+
 def test_vllm_own_lookup(monkeypatch):
     """Where the installed (CPU) vLLM is importable, its own get_moe_configs reads
     our files through VLLM_TUNED_CONFIG_FOLDER (device name forced to H200)."""
@@ -153,8 +160,7 @@ def test_vllm_own_lookup(monkeypatch):
         fm = importlib.import_module("vllm.model_executor.layers.fused_moe.fused_moe")
     except Exception as ex:  # noqa: BLE001
         pytest.skip(f"vLLM not importable here: {ex!r}")
-    monkeypatch.setenv("VLLM_TUNED_CONFIG_FOLDER", str(CONFIGS))
-    monkeypatch.setattr(fm, "get_device_name_as_file_name", lambda: "NVIDIA_H200")
+    _read_configs_from(monkeypatch, fm, CONFIGS)
     for path in FILES:
         m = NAME_RE.match(path.name)
         E, N = int(m.group(1)), int(m.group(2))
@@ -196,9 +202,7 @@ def test_vllm_per_gemm_lookup(monkeypatch):
     files is the harness's (what the H200 measured); other callers get the
     flat entry."""
     fm = _patched_vllm_fused_moe()
-    monkeypatch.setenv("VLLM_TUNED_CONFIG_FOLDER", str(CONFIGS))
-    monkeypatch.setattr(fm, "get_device_name_as_file_name", lambda: "NVIDIA_H200")
-    fm.get_moe_configs.cache_clear()
+    _read_configs_from(monkeypatch, fm, CONFIGS)
     seen_split_k = False
     for name, sh in mb.SHAPES.items():
         w1 = (sh["E"], 2 * sh["N"], sh["H"])
@@ -229,9 +233,7 @@ def test_vllm_rejects_bad_per_gemm_entries(monkeypatch, tmp_path, entry, message
             "num_warps": 4, "num_stages": 3}
     name = mb.config_file_name(128, 192)
     (tmp_path / name).write_text(json.dumps({"1": base, "8": {**base, **entry}}))
-    monkeypatch.setenv("VLLM_TUNED_CONFIG_FOLDER", str(tmp_path))
-    monkeypatch.setattr(fm, "get_device_name_as_file_name", lambda: "NVIDIA_H200")
-    fm.get_moe_configs.cache_clear()
+    _read_configs_from(monkeypatch, fm, tmp_path)
     with pytest.raises(ValueError) as ei:
         fm.get_moe_configs(128, 192, "fp8_w8a8", 0, 0)
     fm.get_moe_configs.cache_clear()
@@ -247,10 +249,8 @@ def test_vllm_warmup_reaches_every_config(monkeypatch):
     fm = _patched_vllm_fused_moe()
     if not hasattr(fm, "moe_warmup_token_counts"):
         pytest.fail("the installed vLLM lacks patch 0005 (run `python -m serving.patch_series apply`)")
-    monkeypatch.setenv("VLLM_TUNED_CONFIG_FOLDER", str(CONFIGS))
-    monkeypatch.setattr(fm, "get_device_name_as_file_name", lambda: "NVIDIA_H200")
+    _read_configs_from(monkeypatch, fm, CONFIGS)
     monkeypatch.setattr(fm, "_MOE_CONFIG_LOOKUPS", set())
-    fm.get_moe_configs.cache_clear()
     max_tokens = 8192
     for sh in mb.SHAPES.values():  # the profile run looks every MoE shape up once
         fm.try_get_optimal_moe_config((sh["E"], 2 * sh["N"], sh["H"]), (sh["E"], sh["H"], sh["N"]), sh["topk"],

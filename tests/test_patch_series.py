@@ -200,13 +200,18 @@ def test_do_not_specialize_names_resolve_in_triton(tmp_path):
                    if p.name not in entry["args"])
 
 
-def _write_config(d: Path, name: str, entries: dict[int, tuple[int, int]]) -> None:
+def _write_entries(d: Path, name: str, entries: dict[int, dict]) -> None:
+    """A tuned H200 config file: each entry's keys over a BM16/BN64 base entry."""
     d.mkdir(exist_ok=True)
-    cfg = {str(m): {"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": 128,
-                    "GROUP_SIZE_M": 1, "num_warps": 4, "num_stages": 3}
-           for m, (bm, bn) in entries.items()}
+    base = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1,
+            "num_warps": 4, "num_stages": 3}
+    cfg = {str(m): {**base, **e} for m, e in entries.items()}
     cfg["triton_version"] = "3.6.0"
     (d / name).write_text(json.dumps(cfg))
+
+
+def _write_config(d: Path, name: str, entries: dict[int, tuple[int, int]]) -> None:
+    _write_entries(d, name, {m: {"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn} for m, (bm, bn) in entries.items()})
 
 
 def test_swap_ab_fires_for_shipped_style_config(tmp_path):
@@ -233,13 +238,6 @@ def test_swap_ab_tuned_narrow_n_entries_are_recorded_not_refused(tmp_path):
     record = ps.apply_series(fresh_copy("cpu", tmp_path / "t"), configs_dir=configs, log=lambda _: None)
     assert record["swap_ab"]["per_config"][name] == {"fires_at": "4-32", "narrow_n_tile_at": "1-3",
                                                      "w2_fires_at": "4-32"}
-
-
-def _write_entries(d: Path, name: str, entries: dict[int, dict]) -> None:
-    d.mkdir(exist_ok=True)
-    base = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1,
-            "num_warps": 4, "num_stages": 3}
-    (d / name).write_text(json.dumps({str(m): {**base, **e} for m, e in entries.items()}))
 
 
 def test_swap_ab_per_gemm_entries(tmp_path):
