@@ -163,8 +163,14 @@ class LMIMiddleware:
 
         if req.stream:
             outputs = await stream.open_stream(handler, creq, raw_request)
-            response = StreamingResponse(stream.jsonlines(req, outputs), media_type=stream.MEDIA_TYPE)
-            await response(scope, receive, send)
+            body = stream.jsonlines(req, outputs)
+            try:
+                await StreamingResponse(body, media_type=stream.MEDIA_TYPE)(scope, receive, send)
+            finally:
+                # A hang-up that lands while a line is being sent leaves the stream suspended, and
+                # only the garbage collector would close it (and so abort the engine request):
+                # close it now. A no-op when the stream ran to its end.
+                await body.aclose()
             return
 
         result = await _unless_disconnected(handler.create_completion(creq, raw_request), receive)
