@@ -636,6 +636,17 @@ def cupti_kernel_times(graphs_counts, replays=3, rounds=2):
     return best
 
 
+def attach_cupti(records, enabled=True):
+    """Take the CUDA graph out of each record that has one (run_config's "_graph")
+    and, if enabled, store its CUPTI kernel time as "cupti_us" (one interleaved
+    pass over all of them)."""
+    timed = [r for r in records if "_graph" in r]
+    graphs = [r.pop("_graph") for r in timed]
+    if graphs and enabled:
+        for r, k in zip(timed, cupti_kernel_times(graphs)):
+            r["cupti_us"] = k
+
+
 def cupti_kernel_times_once(graphs_counts, replays=3):
     """CUPTI (torch.profiler) kernel durations: for each (graph, launches per
     replay) returns the median fused_moe_kernel duration in us (NaN if absent)."""
@@ -983,21 +994,15 @@ def mode_bench(args, kstock, kpatched, dev, bw, out, pc: "Precompiler"):
                 pc.wait(("bench", tag, name, entry_str(cfg), M, swap), args.t_end)
             for g in ("w13", "w2"):
                 floor_us = ctx.floor_s(M, g, bw) * 1e6
-                graphs = []
                 recs = []
                 for vname, cfg, swap, src, tag in variants:
                     r = run_config(ctx, kmods[tag], M, g, cfg, swap_ab=swap, reps=args.reps, want_graph=True)
-                    if "_graph" in r:
-                        graphs.append(r.pop("_graph"))
-                        recs.append(r)
                     r.update(shape=name, M=M, gemm=g, variant=vname, src=src, floor_us=floor_us,
                              entry=entry_str(cfg), kernel_source=tag)
-                    rows.append(r)
-                if graphs and not args.no_cupti:
-                    ks = cupti_kernel_times(graphs)
-                    for r, k in zip(recs, ks):
-                        r["cupti_us"] = k
-                for r in (rr for rr in rows[-len(variants):]):
+                    recs.append(r)
+                attach_cupti(recs, enabled=not args.no_cupti)
+                rows += recs
+                for r in recs:
                     t = r.get("cupti_us", float("nan"))
                     if not (t == t):
                         t = r["us"]
@@ -1005,7 +1010,6 @@ def mode_bench(args, kstock, kpatched, dev, bw, out, pc: "Precompiler"):
                     print(f"[bench] {name:22s} M={M:5d} {g:3s} {r['variant']:12s} {r['cfg']:22s} swap={int(r['swap'])}"
                           f" graph={r['us']:8.2f}us cupti={r.get('cupti_us', float('nan')):8.2f}us floor={floor_us:7.2f}us"
                           f" frac={r['frac_floor']:.2f} ok={r['ok']} src={r['src']}", flush=True)
-                del graphs
             ctx.drop_m(M)
         del ctx
         torch.cuda.empty_cache()
@@ -1485,23 +1489,18 @@ def mode_probe(args, kstock, dev, bw, out, pc):
             for c in cfgs:
                 pc.wait(("probe", name, cfg_str(c), M), args.t_end)
             for g in ("w13", "w2"):
-                recs, graphs = [], []
+                recs = []
                 for c in cfgs:
                     for sw in swaps:
                         r = run_config(ctx, kstock, M, g, c, swap_ab=sw, reps=args.reps, want_graph=True)
                         r.update(shape=name, M=M, gemm=g, forced=str(sw), floor_us=ctx.floor_s(M, g, bw) * 1e6)
-                        if "_graph" in r:
-                            graphs.append(r.pop("_graph"))
-                            recs.append(r)
-                        rows.append(r)
-                ks = cupti_kernel_times(graphs) if graphs else []
-                for r, k in zip(recs, ks):
-                    r["cupti_us"] = k
-                for r in rows[-len(cfgs) * len(swaps):]:
+                        recs.append(r)
+                attach_cupti(recs)
+                rows += recs
+                for r in recs:
                     print(f"[probe] {name:22s} M={M:5d} {g:3s} {r['cfg']:22s} forced={r['forced']:5s} swap={int(r['swap'])} "
                           f"cupti={r.get('cupti_us', float('nan')):8.2f}us graph={r['us']:8.2f}us ok={r['ok']} "
                           f"floor={r['floor_us']:.2f}", flush=True)
-                del graphs
             ctx.drop_m(M)
         del ctx
         torch.cuda.empty_cache()

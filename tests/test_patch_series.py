@@ -214,6 +214,19 @@ def _write_config(d: Path, name: str, entries: dict[int, tuple[int, int]]) -> No
     _write_entries(d, name, {m: {"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn} for m, (bm, bn) in entries.items()})
 
 
+def _swap_ab_record(tmp_path: Path, configs: Path) -> dict:
+    """The swap-AB part of the record that applying the series with `configs` writes."""
+    return ps.apply_series(fresh_copy("cpu", tmp_path / "t"), configs_dir=configs, log=lambda _: None)["swap_ab"]
+
+
+def _apply_refused(tmp_path: Path, configs: Path) -> tuple[str, Path]:
+    """`apply` through the CLI with `configs` on a fresh copy, which must refuse (exit 1): its stderr and the copy."""
+    target = fresh_copy("cpu", tmp_path / "t")
+    r = cli("apply", "--target", str(target), "--configs", str(configs))
+    assert r.returncode == 1
+    return r.stderr, target
+
+
 def test_swap_ab_fires_for_shipped_style_config(tmp_path):
     configs = tmp_path / "configs"
     good = "E=128,N=192,device_name=NVIDIA_H200,dtype=fp8_w8a8.json"
@@ -221,12 +234,10 @@ def test_swap_ab_fires_for_shipped_style_config(tmp_path):
                                   256: (64, 128), 1024: (128, 128)})
     # not an H200 fp8 file: ignored
     _write_config(configs, "E=128,N=192,device_name=NVIDIA_H100.json", {1: (64, 64)})
-    target = fresh_copy("cpu", tmp_path / "t")
-    record = ps.apply_series(target, configs_dir=configs, log=lambda _: None)
-    assert record["swap_ab"]["configs_checked"] == [good]
-    assert record["swap_ab"]["decode_batch_sizes"] == [1, 32]
-    assert record["swap_ab"]["per_config"][good] == {"fires_at": "1-32", "narrow_n_tile_at": "",
-                                                     "w2_fires_at": "1-32"}
+    record = _swap_ab_record(tmp_path, configs)
+    assert record["configs_checked"] == [good]
+    assert record["decode_batch_sizes"] == [1, 32]
+    assert record["per_config"][good] == {"fires_at": "1-32", "narrow_n_tile_at": "", "w2_fires_at": "1-32"}
 
 
 def test_swap_ab_tuned_narrow_n_entries_are_recorded_not_refused(tmp_path):
@@ -235,9 +246,8 @@ def test_swap_ab_tuned_narrow_n_entries_are_recorded_not_refused(tmp_path):
     configs = tmp_path / "configs"
     name = "E=256,N=256,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128,128].json"
     _write_config(configs, name, {1: (16, 16), 2: (8, 32), 4: (8, 64), 16: (16, 128), 256: (64, 128)})
-    record = ps.apply_series(fresh_copy("cpu", tmp_path / "t"), configs_dir=configs, log=lambda _: None)
-    assert record["swap_ab"]["per_config"][name] == {"fires_at": "4-32", "narrow_n_tile_at": "1-3",
-                                                     "w2_fires_at": "4-32"}
+    assert _swap_ab_record(tmp_path, configs)["per_config"][name] == {"fires_at": "4-32", "narrow_n_tile_at": "1-3",
+                                                                      "w2_fires_at": "4-32"}
 
 
 def test_swap_ab_per_gemm_entries(tmp_path):
@@ -246,37 +256,32 @@ def test_swap_ab_per_gemm_entries(tmp_path):
     name = "E=128,N=192,device_name=NVIDIA_H200,dtype=fp8_w8a8.json"
     _write_entries(configs, name, {1: {"w2": {"SWAP_AB": False}}, 8: {"w2": {"BLOCK_SIZE_N": 32}},
                                    16: {"w13": {"SPLIT_K": 2}}, 256: {"BLOCK_SIZE_M": 64}})
-    record = ps.apply_series(fresh_copy("cpu", tmp_path / "t"), configs_dir=configs, log=lambda _: None)
-    assert record["swap_ab"]["per_config"][name] == {"fires_at": "1-32", "narrow_n_tile_at": "",
-                                                     "w2_fires_at": "13-32"}
+    assert _swap_ab_record(tmp_path, configs)["per_config"][name] == {"fires_at": "1-32", "narrow_n_tile_at": "",
+                                                                      "w2_fires_at": "13-32"}
 
 
 def test_swap_ab_forced_off_for_w13_fails(tmp_path):
     configs = tmp_path / "configs"
     name = "E=128,N=192,device_name=NVIDIA_H200,dtype=fp8_w8a8.json"
     _write_entries(configs, name, {1: {"w13": {"SWAP_AB": False}}, 16: {}})
-    r = cli("apply", "--target", str(fresh_copy("cpu", tmp_path / "t")), "--configs", str(configs))
-    assert r.returncode == 1
-    assert f"swap-AB does not fire for {name} at M=1 (entry 1: w13 SWAP_AB=false)" in r.stderr
+    stderr, _ = _apply_refused(tmp_path, configs)
+    assert f"swap-AB does not fire for {name} at M=1 (entry 1: w13 SWAP_AB=false)" in stderr
 
 
 def test_swap_ab_never_firing_for_decode_fails(tmp_path):
     configs = tmp_path / "configs"
     bad = "E=8,N=1792,device_name=NVIDIA_H200,dtype=fp8_w8a8.json"
     _write_config(configs, bad, {1: (16, 32), 64: (64, 128)})
-    r = cli("apply", "--target", str(fresh_copy("cpu", tmp_path / "t")), "--configs", str(configs))
-    assert r.returncode == 1
-    assert f"swap-AB does not fire for {bad} at any decode size M=1..32" in r.stderr
+    stderr, _ = _apply_refused(tmp_path, configs)
+    assert f"swap-AB does not fire for {bad} at any decode size M=1..32" in stderr
 
 
 def test_swap_ab_not_firing_fails_naming_config(tmp_path):
     configs = tmp_path / "configs"
     bad = "E=8,N=14336,device_name=NVIDIA_H200,dtype=fp8_w8a8.json"
     _write_config(configs, bad, {1: (64, 64), 64: (64, 128)})
-    target = fresh_copy("cpu", tmp_path / "t")
-    r = cli("apply", "--target", str(target), "--configs", str(configs))
-    assert r.returncode == 1
-    assert f"swap-AB does not fire for {bad} at M=1 (entry 1: BLOCK_SIZE_M=64" in r.stderr
+    stderr, target = _apply_refused(tmp_path, configs)
+    assert f"swap-AB does not fire for {bad} at M=1 (entry 1: BLOCK_SIZE_M=64" in stderr
     assert ps.read_record(target) is None
 
 
