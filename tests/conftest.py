@@ -24,7 +24,8 @@ PLANTED_SECRET = "hf_PLANTEDsecretVALUE123"
 def start_launcher(tmp: Path, env_extra: dict[str, str] | None = None, args: list[str] | None = None) -> Server:
     """The launcher on a free loopback port, with a planted HF_TOKEN and the hub offline (loopback only)."""
     env = {"HF_TOKEN": PLANTED_SECRET, "HF_HUB_OFFLINE": "1", **(env_extra or {})}
-    return launcher_process.start_launcher(tmp, env, args)
+    # nice: the server under test must not starve the test client (launcher_process.yield_cpu)
+    return launcher_process.start_launcher(tmp, env, args, nice=10)
 
 
 @pytest.fixture(scope="session")

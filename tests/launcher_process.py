@@ -51,8 +51,10 @@ def wait_ready(url: str, proc: subprocess.Popen, log_path: Path, timeout: float 
 
 
 def start_launcher(tmp: Path, env_extra: dict[str, str] | None = None, args: list[str] | None = None,
-                   timeout: float = 420, stop_grace: float = 30) -> Server:
-    """Run ./entrypoint.sh serve with no model directory (the embedded model unless env_extra names one)."""
+                   timeout: float = 420, stop_grace: float = 30, nice: int = 0) -> Server:
+    """Run ./entrypoint.sh serve with no model directory (the embedded model unless env_extra names one).
+
+    nice > 0 runs the server's whole session at that lower CPU priority (see yield_cpu)."""
     port = free_port()
     env = dict(os.environ)
     env.update({
@@ -64,8 +66,11 @@ def start_launcher(tmp: Path, env_extra: dict[str, str] | None = None, args: lis
     env.update(env_extra or {})
     log_path = tmp / f"server-{port}.log"
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([str(ROOT / "entrypoint.sh"), "serve", *(args or [])], stdout=log,
+        command = [str(ROOT / "entrypoint.sh"), "serve", *(args or [])]
+        proc = subprocess.Popen((["nice", "-n", str(nice)] if nice else []) + command, stdout=log,
                                 stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    if nice:
+        yield_cpu(proc.pid, nice)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_ready(url, proc, log_path, timeout)
@@ -73,6 +78,24 @@ def start_launcher(tmp: Path, env_extra: dict[str, str] | None = None, args: lis
         stop(proc, stop_grace)
         raise
     return Server(url, proc, log_path, model=env.get("OPTION_MODEL_ID", ""))
+
+
+def yield_cpu(pid: int, nice: int) -> None:
+    """Give the session led by pid (the server and the engine processes it starts) a lower CPU
+    priority than the tests' own process.
+
+    On a 2-core machine the CPU engine's busy processes kept the test client off the CPU for up to
+    7 s while they generated, so a client meant to hang up mid-request read its first line only
+    after the request had finished (tests/test_lmi_invocations.py's hang-up test failed 8 times in
+    43 runs). Linux schedules each session as one group (autogroup): the group's nice is what
+    weighs against the test process; the `nice` the server is started under covers kernels
+    without autogroup.
+    """
+    try:
+        with open(f"/proc/{pid}/autogroup", "w") as f:
+            f.write(str(nice))
+    except OSError:
+        pass  # not Linux, or no autogroup: the per-process nice is what we have
 
 
 def stop(proc: subprocess.Popen, grace: float = 30) -> None:

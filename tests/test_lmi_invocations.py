@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import httpx
 import pytest
@@ -305,7 +306,6 @@ def _metric(http, name: str, reason: str | None = None) -> float:
 def _engine_stopped_early(http, tokens_before: float) -> bool:
     """Wait until the engine's token counter stops moving; True if the request did not run
     to its end (the counter is updated with each engine step, the running gauge lags)."""
-    import time
     deadline = time.monotonic() + 60
     last = -1.0
     while time.monotonic() < deadline:
@@ -323,9 +323,12 @@ LONG = {"max_new_tokens": 2000, "ignore_eos_token": True}  # a few seconds of de
 
 def test_disconnect_mid_stream_aborts_the_request(http):
     before = _metric(http, "vllm:generation_tokens_total")
+    sent = time.monotonic()
     with http.stream("POST", "/invocations", json={"inputs": PROMPT, "parameters": LONG, "stream": True}) as r:
         next(r.iter_lines())  # one token arrived; now hang up
-    assert _engine_stopped_early(http, before), "the engine kept generating for a client that had gone"
+    # a late hang-up (seconds) means this process was kept off the CPU: see conftest.start_launcher
+    late = f"hung up {time.monotonic() - sent:.2f} s after sending"
+    assert _engine_stopped_early(http, before), f"the engine kept generating for a client that had gone ({late})"
 
 
 def test_disconnect_while_waiting_aborts_the_request(http):
