@@ -84,12 +84,11 @@ def yield_cpu(pid: int, nice: int) -> None:
     """Give the session led by pid (the server and the engine processes it starts) a lower CPU
     priority than the tests' own process.
 
-    On a 2-core machine the CPU engine's busy processes kept the test client off the CPU for up to
-    7 s while they generated, so a client meant to hang up mid-request read its first line only
-    after the request had finished (tests/test_lmi_invocations.py's hang-up test failed 8 times in
-    43 runs). Linux schedules each session as one group (autogroup): the group's nice is what
-    weighs against the test process; the `nice` the server is started under covers kernels
-    without autogroup.
+    On a 2-core machine the CPU engine's busy processes kept the test process off the CPU for
+    seconds while they generated: the hang-up test in tests/test_lmi_invocations.py read its first
+    streamed line only after all 2,000 tokens (up to 7.3 s), so there was nothing left to abort.
+    Linux schedules each session as one group (autogroup): the group's nice is what weighs against
+    the test process; the `nice` the server is started under covers kernels without autogroup.
     """
     try:
         with open(f"/proc/{pid}/autogroup", "w") as f:
