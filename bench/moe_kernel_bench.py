@@ -43,9 +43,10 @@ import tempfile
 import time
 from pathlib import Path
 
-# patch 0003's per-GEMM resolution, the copy serving/patch_series.py checks configs with
+# vLLM's nearest-entry rule and patch 0003's per-GEMM resolution: the copies serving/patch_series.py
+# checks configs with
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from serving.patch_series import gemm_config  # noqa: E402
+from serving.patch_series import gemm_config, nearest_config  # noqa: E402
 
 try:  # the config-lookup helpers (and the CPU tests that use them) need no torch
     import torch
@@ -235,8 +236,8 @@ def try_get_config(shape: dict, M: int, folders) -> tuple[dict, str]:
     """(config, source) as vLLM 0.32 picks it for this M."""
     configs, path = get_moe_configs(shape["E"], shape["N"], shape["block"], folders)
     if configs:
-        key = min(configs.keys(), key=lambda x: abs(x - M))
-        return dict(configs[key]), f"file:{os.path.basename(os.path.dirname(path))}[{key}]"
+        key, entry = nearest_config(configs, M)
+        return dict(entry), f"file:{os.path.basename(os.path.dirname(path))}[{key}]"
     return (
         get_default_config(M, shape["E"], shape["N"], shape["H"], shape["topk"], "fp8_w8a8", shape["block"]),
         "default",

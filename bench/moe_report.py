@@ -67,8 +67,8 @@ def bench_tables(path, configs_dir):
                 o_s = f"{o13:.1f} / {o2:.1f} = {o13 + o2:.1f}"
                 ratio_s = f"{(o13 + o2) / (s13 + s2):.3f}"
                 if shipped_cfgs:
-                    key = min(shipped_cfgs, key=lambda x: abs(x - M))
-                    if mb.entry_str(shipped_cfgs[key]) == o_entry and o_entry != st["w13"]["cfg"]:
+                    _, shipped_entry = mb.nearest_config(shipped_cfgs, M)
+                    if mb.entry_str(shipped_entry) == o_entry and o_entry != st["w13"]["cfg"]:
                         ship13, ship2, shipped = o13, o2, "benched"
                 o_entry = "= stock" if o_entry == st["w13"]["cfg"] else f"`{o_entry}`"
             src = st["w13"]["src"].replace("file:configs", "stock file")
