@@ -1,10 +1,14 @@
 """Make a tiny random-weight Qwen3-MoE checkpoint, with no hub download.
 
 The launcher serves one of these when no model is configured (`make run`), the
-tests serve one on the CPU engine, and `--fp8` writes a per-tensor FP8
-checkpoint for GPU smoke tests of the patched MoE path.
+tests serve one on the CPU engine, and `--fp8` writes an FP8 checkpoint for GPU
+smoke tests and the engine benchmark of the patched MoE path.
 
-    python -m serving.tiny_model --out DIR [--layers 2] [--hidden 256] [--experts 8] [--fp8]
+    python -m serving.tiny_model --out DIR [--layers 2] [--hidden 256] [--experts 8] [--fp8 [tensor|static|block]]
+    python -m serving.tiny_model --out DIR --preset qwen3-235b-a22b-tp8 --layers 4 --fp8 tensor
+
+A preset gives the layer dimensions one GPU of a real deployment sees (a "TP8 shard": the
+MoE GEMMs of one rank of tensor parallelism 8), with random weights and reduced depth.
 
 The tokenizer is byte-level (every byte is a token, no merges), so any text
 round-trips and no vocabulary file has to be downloaded.
@@ -31,6 +35,17 @@ CHAT_TEMPLATE = (
 )
 # Bumped whenever the files this module writes change, so cached models are rebuilt.
 FORMAT_VERSION = 2
+# How FP8 checkpoints are quantized (vLLM's Fp8Config):
+#   tensor: one weight scale per tensor, activations scaled per tensor at run time (dynamic);
+#   static: as tensor, plus a calibrated input_scale per projection (activation_scheme static),
+#           the only per-tensor form FlashInfer CUTLASS MoE accepts;
+#   block:  128x128 weight blocks (weight_scale_inv), dynamic activations: Qwen's and DeepSeek's
+#           official FP8 checkpoints.
+FP8_SCHEMES = ("tensor", "static", "block")
+FP8_BLOCK = 128
+# The input_scale written for static checkpoints: random activations here stay well inside
+# 0.05 * 448 (float8_e4m3fn's largest value).
+STATIC_INPUT_SCALE = 0.05
 
 
 @dataclass(frozen=True)
@@ -47,6 +62,11 @@ class TinySpec:
     max_position: int = 2048
     seed: int = 0
     fp8: bool = False
+    fp8_scheme: str = "tensor"
+    # Fill weights tensor by tensor (on the GPU when there is one) instead of through a
+    # transformers model: seconds instead of minutes for shard-sized models. Other random
+    # values than the transformers path, so off for the embedded model.
+    direct_init: bool = False
 
     def check(self) -> None:
         if self.vocab < 256 + len(SPECIAL_TOKENS):
@@ -55,6 +75,12 @@ class TinySpec:
             raise ValueError("top_k must not exceed experts")
         if self.heads % self.kv_heads:
             raise ValueError("heads must be a multiple of kv_heads")
+        if self.fp8_scheme not in FP8_SCHEMES:
+            raise ValueError(f"fp8 scheme {self.fp8_scheme!r}: allowed {', '.join(FP8_SCHEMES)}")
+        if self.fp8 and self.fp8_scheme == "block" and self.moe_intermediate % FP8_BLOCK:
+            # vLLM refuses it too (validate_fp8_block_shape_moe): block-FP8 MoE needs N % 128 == 0.
+            raise ValueError(f"block FP8 needs moe_intermediate divisible by {FP8_BLOCK} "
+                             f"(got {self.moe_intermediate})")
 
     def check_tp(self, tp: int) -> None:
         """Tensor parallel splits heads, KV heads, experts' N and the vocab across ranks."""
@@ -122,31 +148,47 @@ def _config(spec: TinySpec, eos_id: int, bos_id: int) -> dict:
         "use_cache": True,
     }
     if spec.fp8:
-        # vLLM's Fp8Config: serialized float8_e4m3fn weights, one weight_scale per
-        # tensor, activations quantized per tensor at run time.
+        # vLLM's Fp8Config: serialized float8_e4m3fn weights (see FP8_SCHEMES).
         cfg["quantization_config"] = {
             "quant_method": "fp8",
-            "activation_scheme": "dynamic",
+            "activation_scheme": "static" if spec.fp8_scheme == "static" else "dynamic",
             "ignored_layers": ["lm_head"] + [f"model.layers.{i}.mlp.gate" for i in range(spec.layers)],
         }
+        if spec.fp8_scheme == "block":
+            cfg["quantization_config"]["weight_block_size"] = [FP8_BLOCK, FP8_BLOCK]
     return cfg
 
 
-def _quantize_fp8(state: dict) -> dict:
-    """Per-tensor FP8 for every projection (attention and experts); router, norms, embeddings stay bf16."""
+def _quantize_fp8(state: dict, scheme: str = "tensor") -> dict:
+    """FP8 for every projection (attention and experts); router, norms, embeddings stay bf16."""
+    out = {}
+    for name, t in state.items():
+        if name.endswith("_proj.weight") and t.dim() == 2:
+            out.update(_quantize_one(name, t, scheme))
+        else:
+            out[name] = t
+    return out
+
+
+def _quantize_one(name: str, t, scheme: str) -> dict:
     import torch
 
     fmax = torch.finfo(torch.float8_e4m3fn).max
-    out = {}
-    for name, t in state.items():
-        is_proj = name.endswith("_proj.weight") and t.dim() == 2
-        if not is_proj:
-            out[name] = t
-            continue
-        w = t.float()
-        scale = (w.abs().max().clamp(min=1e-12) / fmax).reshape(())
-        out[name] = (w / scale).clamp(-fmax, fmax).to(torch.float8_e4m3fn)
-        out[name[: -len("weight")] + "weight_scale"] = scale.to(torch.float32)
+    w = t.float()
+    base = name[: -len("weight")]
+    if scheme == "block":
+        n, k = w.shape
+        b = FP8_BLOCK
+        pad = torch.zeros(-(-n // b) * b, -(-k // b) * b, device=w.device)
+        pad[:n, :k] = w
+        blocks = pad.reshape(pad.shape[0] // b, b, pad.shape[1] // b, b)
+        scale = blocks.abs().amax(dim=(1, 3)).clamp(min=1e-12) / fmax
+        q = (blocks / scale[:, None, :, None]).reshape(pad.shape)[:n, :k]
+        return {name: q.clamp(-fmax, fmax).to(torch.float8_e4m3fn), base + "weight_scale_inv": scale}
+    scale = (w.abs().max().clamp(min=1e-12) / fmax).reshape(())
+    out = {name: (w / scale).clamp(-fmax, fmax).to(torch.float8_e4m3fn), base + "weight_scale": scale}
+    if scheme == "static":
+        out[base + "input_scale"] = torch.tensor(STATIC_INPUT_SCALE, dtype=torch.float32, device=w.device)
     return out
 
 
@@ -186,15 +228,18 @@ def make(out: Path, spec: TinySpec) -> Path:
 
         torch.manual_seed(spec.seed)
         hf_cfg = Qwen3MoeConfig(**{k: v for k, v in cfg.items() if k not in ("architectures", "quantization_config")})
-        model = Qwen3MoeForCausalLM(hf_cfg)
-        _printable_output_head(model)
-        model = model.to(torch.bfloat16)
-        # transformers 5 may store experts fused; vLLM loads either layout, but we
-        # write the classic per-expert names that every loader understands.
-        state = _per_expert_state(model.state_dict(), spec)
-        if spec.fp8:
-            state = _quantize_fp8(state)
-        save_file({k: v.contiguous() for k, v in state.items()}, str(tmp / "model.safetensors"),
+        if spec.direct_init:
+            state = _direct_state(hf_cfg, spec)
+        else:
+            model = Qwen3MoeForCausalLM(hf_cfg)
+            _printable_output_head(model.lm_head.weight)
+            model = model.to(torch.bfloat16)
+            # transformers 5 may store experts fused; vLLM loads either layout, but we
+            # write the classic per-expert names that every loader understands.
+            state = _per_expert_state(model.state_dict(), spec)
+            if spec.fp8:
+                state = _quantize_fp8(state, spec.fp8_scheme)
+        save_file({k: v.contiguous().cpu() for k, v in state.items()}, str(tmp / "model.safetensors"),
                   metadata={"format": "pt"})
         (tmp / "tiny_model.json").write_text(json.dumps({"format_version": FORMAT_VERSION, **asdict(spec)}, indent=2))
         for f in tmp.iterdir():
@@ -208,7 +253,34 @@ def make(out: Path, spec: TinySpec) -> Path:
     return out
 
 
-def _printable_output_head(model) -> None:
+def _direct_state(hf_cfg, spec: TinySpec) -> dict:
+    """Random weights named and shaped as the transformers model's (read on the meta device),
+    drawn tensor by tensor and quantized at once, so peak memory stays near the checkpoint's size."""
+    import torch
+    from transformers import Qwen3MoeForCausalLM
+
+    with torch.device("meta"):
+        shapes = _per_expert_state(Qwen3MoeForCausalLM(hf_cfg).state_dict(), spec)
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    gen = torch.Generator(device=dev).manual_seed(spec.seed)
+    std = hf_cfg.initializer_range
+    out = {}
+    for name, meta in shapes.items():
+        if name.endswith("norm.weight"):
+            t = torch.ones(meta.shape, dtype=torch.bfloat16, device=dev)
+        else:
+            t = torch.empty(meta.shape, dtype=torch.float32, device=dev).normal_(0, std, generator=gen)
+            if name == "lm_head.weight":
+                _printable_output_head(t)
+            t = t.to(torch.bfloat16)
+        if spec.fp8 and name.endswith("_proj.weight") and t.dim() == 2:
+            out.update(_quantize_one(name, t, spec.fp8_scheme))
+        else:
+            out[name] = t
+    return out
+
+
+def _printable_output_head(w) -> None:
     """Make answers readable: only printable ASCII can win the argmax.
 
     Rows of the output head for other ids (control bytes, non-ASCII bytes that
@@ -218,8 +290,7 @@ def _printable_output_head(model) -> None:
     """
     import torch
 
-    w = model.lm_head.weight
-    keep = torch.zeros(w.shape[0], dtype=torch.bool)
+    keep = torch.zeros(w.shape[0], dtype=torch.bool, device=w.device)
     keep[32:127] = True
     with torch.no_grad():
         w[~keep] = 0
@@ -261,6 +332,30 @@ def ensure(out: Path, spec: TinySpec = TinySpec()) -> Path:
     return make(Path(out), spec)
 
 
+# One GPU's share of real models at tensor parallelism 8 ("TP8 shard"): attention heads and the
+# MoE's N divided by 8 (KV heads replicated up to one per rank), hidden size and expert count
+# whole, so each MoE GEMM has exactly the shape one rank runs. The vocabulary is cut (bench
+# latency draws token ids up to about 10,000). DeepSeek-V3's MLA attention and shared expert are
+# stood in for by Qwen3-MoE attention: only its routed-expert GEMMs are exact.
+PRESETS: dict[str, dict] = {
+    "qwen3-30b-a3b": dict(hidden=2048, heads=32, kv_heads=4, head_dim=128, experts=128, top_k=8,
+                          moe_intermediate=768),
+    "qwen3-235b-a22b-tp8": dict(hidden=4096, heads=8, kv_heads=1, head_dim=128, experts=128, top_k=8,
+                                moe_intermediate=192),
+    "qwen3-coder-480b-a35b-tp8": dict(hidden=6144, heads=12, kv_heads=1, head_dim=128, experts=160, top_k=8,
+                                      moe_intermediate=320),
+    "deepseek-v3-tp8": dict(hidden=7168, heads=16, kv_heads=1, head_dim=128, experts=256, top_k=8,
+                            moe_intermediate=256),
+}
+PRESET_COMMON = dict(vocab=16384, max_position=4096, direct_init=True)
+
+
+def preset_spec(name: str, **overrides) -> TinySpec:
+    if name not in PRESETS:
+        raise ValueError(f"preset {name!r}: allowed {', '.join(PRESETS)}")
+    return TinySpec(**{**PRESET_COMMON, **PRESETS[name], **overrides})
+
+
 def default_model_dir(env: Mapping[str, str] = os.environ) -> Path:
     from .config import cache_dir
     return cache_dir(env) / "tiny-qwen3-moe"
@@ -269,25 +364,26 @@ def default_model_dir(env: Mapping[str, str] = os.environ) -> Path:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m serving.tiny_model", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=None, help=f"output folder (default: {default_model_dir()})")
-    d = TinySpec()
-    p.add_argument("--layers", type=int, default=d.layers)
-    p.add_argument("--hidden", type=int, default=d.hidden)
-    p.add_argument("--heads", type=int, default=d.heads)
-    p.add_argument("--kv-heads", type=int, default=d.kv_heads)
-    p.add_argument("--head-dim", type=int, default=d.head_dim)
-    p.add_argument("--experts", type=int, default=d.experts)
-    p.add_argument("--top-k", type=int, default=d.top_k)
-    p.add_argument("--moe-intermediate", type=int, default=d.moe_intermediate)
-    p.add_argument("--vocab", type=int, default=d.vocab)
-    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--preset", choices=sorted(PRESETS), default=None,
+                   help="the layer dimensions of one GPU of a real model (the flags below override them)")
+    dims = ("layers", "hidden", "heads", "kv_heads", "head_dim", "experts", "top_k", "moe_intermediate", "vocab",
+            "seed")
+    for name in dims:  # default None: "not given", so a preset's value stands
+        p.add_argument("--" + name.replace("_", "-"), type=int, default=None,
+                       help=f"default {getattr(TinySpec(), name)} (or the preset's)")
     p.add_argument("--tp-friendly", type=int, default=None, metavar="TP",
                    help="check that heads, KV heads, experts, N and vocab split evenly over TP ranks")
-    p.add_argument("--fp8", action="store_true", help="write a per-tensor FP8 (float8_e4m3fn) checkpoint")
+    p.add_argument("--fp8", nargs="?", const="tensor", default=None, choices=FP8_SCHEMES,
+                   help="write an FP8 (float8_e4m3fn) checkpoint: tensor (default), static or block")
+    p.add_argument("--direct-init", action="store_true", help="fill weights tensor by tensor (fast; presets do)")
     a = p.parse_args(argv)
-    spec = TinySpec(layers=a.layers, hidden=a.hidden, heads=a.heads, kv_heads=a.kv_heads, head_dim=a.head_dim,
-                    experts=a.experts, top_k=a.top_k, moe_intermediate=a.moe_intermediate, vocab=a.vocab,
-                    seed=a.seed, fp8=a.fp8)
+    given = {k: getattr(a, k) for k in dims if getattr(a, k) is not None}
+    if a.fp8:
+        given.update(fp8=True, fp8_scheme=a.fp8)
+    if a.direct_init:
+        given["direct_init"] = True
     try:
+        spec = preset_spec(a.preset, **given) if a.preset else TinySpec(**given)
         spec.check()
         if a.tp_friendly:
             spec.check_tp(a.tp_friendly)
