@@ -43,10 +43,11 @@ import tempfile
 import time
 from pathlib import Path
 
-# vLLM's nearest-entry rule and patch 0003's per-GEMM resolution: the copies serving/patch_series.py
-# checks configs with
+# vLLM's config files, lookup and nearest-entry rule, and patch 0003's per-GEMM resolution: the
+# copies serving/patch_series.py checks configs with
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from serving.patch_series import gemm_config, nearest_config  # noqa: E402
+from serving.moe_configs import (config_file_name, gemm_config, get_moe_configs,  # noqa: E402,F401
+                                 load_config_file, nearest_config)
 
 try:  # the config-lookup helpers (and the CPU tests that use them) need no torch
     import torch
@@ -170,29 +171,6 @@ def kernel_decorator_text(fused_moe_py: str) -> str:
 # vLLM config lookup (fused_moe.py get_config_file_name / get_moe_configs /
 # try_get_optimal_moe_config / get_default_config, CUDA branch)
 # ----------------------------------------------------------------------------
-def config_file_name(E: int, N: int, block=None, device_name="NVIDIA_H200", dtype="fp8_w8a8") -> str:
-    bs = "" if not block or not all(block) else f",block_shape={list(block)}".replace(" ", "")
-    return f"E={E},N={N},device_name={device_name},dtype={dtype}{bs}.json"
-
-
-def load_config_file(path: str) -> dict[int, dict]:
-    with open(path) as f:
-        d = json.load(f)
-    d.pop("triton_version", None)
-    return {int(k): v for k, v in d.items()}
-
-
-def get_moe_configs(E, N, block, folders) -> tuple[dict[int, dict] | None, str | None]:
-    name = config_file_name(E, N, block)
-    for folder in folders:
-        if folder is None:
-            continue
-        p = os.path.join(folder, name)
-        if os.path.exists(p):
-            return load_config_file(p), p
-    return None, None
-
-
 def get_default_config(M, E, N, K, topk, dtype="fp8_w8a8", block=None) -> dict:
     if dtype == "fp8_w8a8" and block is not None:
         if M <= 8 and block[0] % 64 == 0:

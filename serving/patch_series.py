@@ -1,7 +1,7 @@
 """Apply the project's patch series (patches/series) to an installed vLLM.
 
     python -m serving.patch_series apply [--target DIR]   # DIR: a vllm package dir
-    python -m serving.patch_series check [--target DIR]
+    python -m serving.patch_series check [--target DIR] [--vllm-version X --expect-patches A,B]
     python -m serving.patch_series list [--markdown]
 
 The series is made for one vLLM release (the `vllm-version` line in
@@ -18,7 +18,10 @@ accepted only when the context occurs once); nothing is written unless the
 whole series and every post-condition succeed in memory. Swap-AB (vllm PR
 #36559, upstream since 0.25) is not patched: the tool checks that it is
 present and that it fires for decode batch sizes of the H200 FP8 configs in
-configs/. The result is recorded in <vllm>/_lmi_patches.json (read_record()).
+configs/ (serving/moe_configs.py holds what a config means). The result is
+recorded in <vllm>/_lmi_patches.json (read_record()); `check` with
+--vllm-version/--expect-patches also compares the record with the image's build
+arguments.
 
 Exit status: 0 ok; 1 a patch, post-condition or check failed; 2 refused
 (wrong vLLM version, no vLLM, bad series or arguments).
@@ -33,7 +36,6 @@ import argparse
 import ast
 import dataclasses
 import datetime as _dt
-import hashlib
 import importlib.util
 import json
 import os
@@ -41,213 +43,20 @@ import py_compile
 import re
 import sys
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 
+from .moe_configs import MoEConfigError, find_function, verify_swap_ab
+from .patch_format import (DEFAULT_PATCHES_DIR, EXIT_REFUSED, Hunk, Patch,
+                           PatchSeriesError, Series, load_series)
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_PATCHES_DIR = REPO_ROOT / "patches"
 DEFAULT_CONFIGS_DIR = REPO_ROOT / "configs"
 RECORD_NAME = "_lmi_patches.json"
 RECORD_FORMAT = 1
-# Decode batch sizes (tokens per MoE call) for which swap-AB must fire.
-DEFAULT_DECODE_MAX = 32
-# Swap-AB's fused-MoE configs: vLLM maps every H200 variant to this name.
-H200_FP8_CONFIG_GLOB = "E=*,N=*,device_name=NVIDIA_H200,dtype=fp8_w8a8*.json"
 # Arguments that feed pointer arithmetic keep Triton's divisibility
 # specialization (it lets Triton vectorize loads); never list them.
 _NEVER_UNSPECIALIZE = re.compile(r"^(stride.*|K|N)$")
-
-EXIT_FAILED = 1
-EXIT_REFUSED = 2
-
-
-class PatchSeriesError(Exception):
-    """A failure with the exit status the CLI should return."""
-
-    def __init__(self, message: str, exit_code: int = EXIT_FAILED):
-        super().__init__(message)
-        self.exit_code = exit_code
-
-
-# --------------------------------------------------------------------------
-# Parsing the series and the patches
-# --------------------------------------------------------------------------
-
-
-@dataclasses.dataclass
-class Hunk:
-    number: int  # 1-based within its file
-    old_start: int
-    new_start: int
-    old: list[str]
-    new: list[str]
-
-
-@dataclasses.dataclass
-class FileDiff:
-    path: str  # "vllm/..." as in the diff, a/ and b/ stripped
-    hunks: list[Hunk]
-
-
-@dataclasses.dataclass
-class Patch:
-    name: str
-    path: Path
-    headers: dict[str, list[str]]
-    files: list[FileDiff]
-    sha256: str
-
-    def header(self, key: str, default: str = "") -> str:
-        values = self.headers.get(key.lower())
-        return values[0] if values else default
-
-    @property
-    def summary(self) -> str:
-        return self.header("Description").splitlines()[0] if self.header(
-            "Description"
-        ) else ""
-
-    @property
-    def post_conditions(self) -> list[str]:
-        return self.headers.get("x-post-condition", [])
-
-
-@dataclasses.dataclass
-class Series:
-    directory: Path
-    vllm_version: str
-    patches: list[Patch]
-
-
-_HUNK_RE = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
-_REQUIRED_HEADERS = ("Description", "Origin", "Forwarded", "Applied-Upstream",
-                     "Last-Update", "X-Post-Condition")
-
-
-def _strip_prefix(path: str, prefix: str, where: str) -> str:
-    path = path.split("\t", 1)[0].strip()
-    if not path.startswith(prefix + "vllm/"):
-        raise PatchSeriesError(
-            f"{where}: diff path {path!r} must start with {prefix}vllm/",
-            EXIT_REFUSED,
-        )
-    return path[len(prefix):]
-
-
-def parse_patch(path: Path) -> Patch:
-    raw = path.read_bytes()
-    lines = raw.decode("utf-8").splitlines(keepends=True)
-    headers: dict[str, list[str]] = {}
-    i = 0
-    last_key = None
-    # DEP-3 header: "Key: value" lines, continuation lines start with a space;
-    # it ends at a line "---" or at the first file header.
-    while i < len(lines) and not lines[i].startswith("--- "):
-        line = lines[i].rstrip("\n")
-        i += 1
-        if line == "---":
-            break
-        if line.startswith((" ", "\t")) and last_key:
-            headers[last_key][-1] += "\n" + line.strip()
-        elif ":" in line:
-            key, value = line.split(":", 1)
-            last_key = key.strip().lower()
-            headers.setdefault(last_key, []).append(value.strip())
-    missing = [k for k in _REQUIRED_HEADERS if k.lower() not in headers]
-    if missing:
-        raise PatchSeriesError(
-            f"patch {path.name}: header lacks {', '.join(missing)}", EXIT_REFUSED
-        )
-
-    files: list[FileDiff] = []
-    while i < len(lines):
-        if not lines[i].startswith("--- "):
-            i += 1
-            continue
-        if i + 1 >= len(lines) or not lines[i + 1].startswith("+++ "):
-            raise PatchSeriesError(
-                f"patch {path.name}: line {i + 1}: '---' without '+++'",
-                EXIT_REFUSED,
-            )
-        old_path = _strip_prefix(lines[i][4:], "a/", f"patch {path.name}")
-        new_path = _strip_prefix(lines[i + 1][4:], "b/", f"patch {path.name}")
-        if old_path != new_path:
-            raise PatchSeriesError(
-                f"patch {path.name}: renames are not supported ({old_path})",
-                EXIT_REFUSED,
-            )
-        i += 2
-        hunks: list[Hunk] = []
-        while i < len(lines) and lines[i].startswith("@@"):
-            m = _HUNK_RE.match(lines[i])
-            if not m:
-                raise PatchSeriesError(
-                    f"patch {path.name}: line {i + 1}: bad hunk header",
-                    EXIT_REFUSED,
-                )
-            old_len = int(m.group(2) or 1)
-            new_len = int(m.group(4) or 1)
-            i += 1
-            old: list[str] = []
-            new: list[str] = []
-            while (len(old) < old_len or len(new) < new_len) and i < len(lines):
-                line = lines[i]
-                tag, body = line[:1], line[1:]
-                if tag == " ":
-                    old.append(body)
-                    new.append(body)
-                elif tag == "-":
-                    old.append(body)
-                elif tag == "+":
-                    new.append(body)
-                elif line.startswith("\\"):
-                    pass  # "\ No newline at end of file"
-                else:
-                    raise PatchSeriesError(
-                        f"patch {path.name}: line {i + 1}: unexpected diff line",
-                        EXIT_REFUSED,
-                    )
-                i += 1
-            if len(old) != old_len or len(new) != new_len:
-                raise PatchSeriesError(
-                    f"patch {path.name}: hunk for {old_path} is truncated",
-                    EXIT_REFUSED,
-                )
-            hunks.append(Hunk(len(hunks) + 1, int(m.group(1)), int(m.group(3)),
-                              old, new))
-        files.append(FileDiff(old_path, hunks))
-    if not files:
-        raise PatchSeriesError(f"patch {path.name}: no file diffs", EXIT_REFUSED)
-    return Patch(path.name, path, headers, files, hashlib.sha256(raw).hexdigest())
-
-
-def load_series(patches_dir: Path | str = DEFAULT_PATCHES_DIR) -> Series:
-    patches_dir = Path(patches_dir)
-    series_file = patches_dir / "series"
-    if not series_file.is_file():
-        raise PatchSeriesError(f"no series file at {series_file}", EXIT_REFUSED)
-    version = None
-    names: list[str] = []
-    for line in series_file.read_text().splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        if line.startswith("vllm-version "):
-            version = line.split(None, 1)[1].strip()
-        else:
-            names.append(line)
-    if not version:
-        raise PatchSeriesError(
-            f"{series_file}: needs a line 'vllm-version X.Y.Z'", EXIT_REFUSED
-        )
-    for name in names:
-        if not (patches_dir / name).is_file():
-            raise PatchSeriesError(
-                f"{series_file}: patch {name} does not exist", EXIT_REFUSED
-            )
-    return Series(patches_dir, version,
-                  [parse_patch(patches_dir / n) for n in names])
-
 
 # --------------------------------------------------------------------------
 # The target tree
@@ -453,14 +262,6 @@ def _inspect(tree: Tree, patch: Patch, record: dict | None) -> PatchState:
 # --------------------------------------------------------------------------
 
 
-def _find_function(tree_ast: ast.AST, name: str) -> ast.FunctionDef:
-    found = [n for n in ast.walk(tree_ast)
-             if isinstance(n, ast.FunctionDef) and n.name == name]
-    if len(found) != 1:
-        raise PatchSeriesError(f"expected one function {name}, found {len(found)}")
-    return found[0]
-
-
 def _jit_do_not_specialize(fn: ast.FunctionDef) -> list[str] | None:
     for deco in fn.decorator_list:
         if (isinstance(deco, ast.Call) and isinstance(deco.func, ast.Attribute)
@@ -494,8 +295,8 @@ def check_do_not_specialize(tree: Tree, spec: dict) -> list[str]:
             problems.append(f"{where}: file not found")
             continue
         try:
-            fn = _find_function(ast.parse(tree.text(rel)), kernel)
-        except PatchSeriesError as e:
+            fn = find_function(ast.parse(tree.text(rel)), kernel)
+        except MoEConfigError as e:
             problems.append(f"{where}: {e}")
             continue
         params = {a.arg: a for a in fn.args.args}
@@ -535,146 +336,12 @@ def check_post_conditions(tree: Tree, patch: Patch, patches_dir: Path) -> list[s
     return [f"patch {patch.name}: post-condition failed: {p}" for p in problems]
 
 
-# --------------------------------------------------------------------------
-# Swap-AB: upstream (vllm PR #36559), verified, not patched
-# --------------------------------------------------------------------------
-
-_UTILS = "vllm/model_executor/layers/fused_moe/utils.py"
-_FUSED_MOE = "vllm/model_executor/layers/fused_moe/fused_moe.py"
-
-
-class _CudaCapability:
-    """Just enough of a CUDA platform to evaluate vLLM's enable_swap_ab."""
-
-    def __init__(self, capability: int):
-        self.capability = capability
-
-    def is_cuda(self) -> bool:
-        return True
-
-    def is_device_capability(self, capability: int) -> bool:
-        return self.capability == capability
-
-    def has_device_capability(self, capability: int) -> bool:
-        return self.capability >= capability
-
-
-def load_enable_swap_ab(tree: Tree, capability: int) -> Callable[[int, int], bool]:
-    """vLLM's own enable_swap_ab, compiled from the target's source and bound
-    to a platform of the given capability (no torch/vLLM import needed)."""
-    fn = _find_function(ast.parse(tree.text(_UTILS)), "enable_swap_ab")
-    fn.decorator_list = []  # drop functools.lru_cache
-    module = ast.Module(body=[fn], type_ignores=[])
-    namespace: dict = {"current_platform": _CudaCapability(capability)}
-    exec(compile(module, _UTILS, "exec"), namespace)
-    return namespace["enable_swap_ab"]
-
-
-def nearest_config(configs: dict[int, dict], m: int) -> tuple[int, dict]:
-    # Same rule as vLLM's try_get_optimal_moe_config.
-    key = min(configs.keys(), key=lambda x: abs(x - m))
-    return key, configs[key]
-
-
-def gemm_config(entry: dict, gemm: str) -> dict:
-    """One GEMM's config of a tuned entry, as patch 0003's
-    try_get_optimal_moe_gemm_configs resolves it."""
-    flat = {k: v for k, v in entry.items() if k not in ("w13", "w2")}
-    return {**flat, **entry.get(gemm, {})}
-
-
-def verify_swap_ab(tree: Tree, configs_dir: Path | None,
-                   decode_sizes: Iterable[int] = range(1, DEFAULT_DECODE_MAX + 1)
-                   ) -> dict:
-    decode_sizes = list(decode_sizes)
-    problems = []
-    for rel, pattern in (
-        (_UTILS, r"^def enable_swap_ab\("),
-        # patch 0003 wraps the call in a per-GEMM SWAP_AB override: "SWAP_AB = (\n enable_swap_ab(...)"
-        (_FUSED_MOE, r"if use_fp8_w8a8:\n\s+SWAP_AB = \(?\s*enable_swap_ab\("
-                     r"config\[\"BLOCK_SIZE_M\"\], config\[\"BLOCK_SIZE_N\"\]\)"),
-        (_FUSED_MOE, r"SWAP_AB=SWAP_AB,"),
-    ):
-        if not re.search(pattern, tree.text(rel), re.MULTILINE):
-            problems.append(f"swap-AB (vllm PR #36559) missing: {rel} lacks /{pattern}/")
-    if problems:
-        raise PatchSeriesError("\n".join(problems))
-
-    hopper = load_enable_swap_ab(tree, 90)
-    # The rule itself: fires for small M blocks on 9.0 only.
-    expect = {(90, 16, 128): True, (90, 64, 128): False, (90, 16, 32): False,
-              (100, 16, 128): False, (89, 16, 128): False}
-    for (cap, bm, bn), want in expect.items():
-        got = load_enable_swap_ab(tree, cap)(bm, bn) if cap != 90 else hopper(bm, bn)
-        if got != want:
-            problems.append(
-                f"enable_swap_ab(BLOCK_SIZE_M={bm}, BLOCK_SIZE_N={bn}) on "
-                f"capability {cap / 10:.1f} is {got}, expected {want}")
-
-    checked, fired = [], {}
-    files = sorted(configs_dir.glob(H200_FP8_CONFIG_GLOB)) if (
-        configs_dir and configs_dir.is_dir()) else []
-    for cfg_file in files:
-        try:
-            raw = json.loads(cfg_file.read_text())
-            raw.pop("triton_version", None)
-            configs = {int(k): v for k, v in raw.items()}
-        except (ValueError, AttributeError) as e:
-            problems.append(f"{cfg_file.name}: not a fused-MoE config JSON ({e})")
-            continue
-        # Checked on w13, the decode GEMM swap-AB was made for, with the entry's
-        # per-GEMM keys (patch 0003). A decode entry with BLOCK_SIZE_M >= 64 wastes most
-        # of each 64-row wgmma (the waste swap-AB exists to remove), and a w13 with
-        # swap-AB forced off gives the gain away: both are errors. An entry with a narrow
-        # N tile (BLOCK_SIZE_N < 64) is a tuner's measured choice where swap-AB does not
-        # apply (the H200 sweep found equal times with the swap forced on): allowed and
-        # recorded, as long as swap-AB fires for some decode sizes of the file. Where it
-        # fires for w2 is recorded (the tuner may turn it off there: measured faster).
-        wide_m, fires, narrow_n, w2_fires = [], [], [], []
-        for m in decode_sizes:
-            key, entry = nearest_config(configs, m)
-            w13, w2 = (gemm_config(entry, g) for g in ("w13", "w2"))
-            bm, bn = w13["BLOCK_SIZE_M"], w13["BLOCK_SIZE_N"]
-            if w2.get("SWAP_AB", hopper(w2["BLOCK_SIZE_M"], w2["BLOCK_SIZE_N"])):
-                w2_fires.append(m)
-            if w13.get("SWAP_AB", hopper(bm, bn)):
-                fires.append(m)
-            elif bm >= 64:
-                wide_m.append(f"M={m} (entry {key}: BLOCK_SIZE_M={bm}, BLOCK_SIZE_N={bn})")
-            elif "SWAP_AB" in w13 and bn >= 64:
-                wide_m.append(f"M={m} (entry {key}: w13 SWAP_AB=false)")
-            else:
-                narrow_n.append(m)
-        if wide_m or not fires:
-            problems.append(
-                f"swap-AB does not fire for {cfg_file.name} at " + ", ".join(
-                    wide_m or [f"any decode size M={min(decode_sizes)}..{max(decode_sizes)}"])
-                + "; it needs BLOCK_SIZE_M < 64 and BLOCK_SIZE_N >= 64")
-        fired[cfg_file.name] = {"fires_at": _ranges(fires), "narrow_n_tile_at": _ranges(narrow_n),
-                                "w2_fires_at": _ranges(w2_fires)}
-        checked.append(cfg_file.name)
-    if problems:
-        raise PatchSeriesError("\n".join(problems))
-    return {
-        "upstream": "vllm PR #36559 (0.25.0)",
-        "present": True,
-        "decode_batch_sizes": [min(decode_sizes), max(decode_sizes)],
-        "configs_dir": str(configs_dir) if configs_dir else None,
-        "configs_checked": checked,
-        "per_config": fired,
-    }
-
-
-def _ranges(ms: list[int]) -> str:
-    """[1, 2, 3, 8] -> "1-3,8" (compact for the record and the log)."""
-    out, start = [], None
-    for i, m in enumerate(ms):
-        if start is None:
-            start = m
-        if i + 1 == len(ms) or ms[i + 1] != m + 1:
-            out.append(str(start) if start == m else f"{start}-{m}")
-            start = None
-    return ",".join(out)
+def _verify_swap_ab(tree: Tree, configs_dir: Path | str | None) -> dict:
+    """Swap-AB is upstream, not patched: check it fires for the shipped configs."""
+    try:
+        return verify_swap_ab(tree.text, Path(configs_dir) if configs_dir else None)
+    except MoEConfigError as e:
+        raise PatchSeriesError(str(e)) from e
 
 
 # --------------------------------------------------------------------------
@@ -738,7 +405,7 @@ def apply_series(target: Path | str | None = None,
         problems += check_post_conditions(tree, patch, series.directory)
     if problems:
         raise PatchSeriesError("\n".join(problems))
-    swap_ab = verify_swap_ab(tree, Path(configs_dir) if configs_dir else None)
+    swap_ab = _verify_swap_ab(tree, configs_dir)
 
     changed = sorted(tree.changed)
     tree.write()  # only now, after every patch and check passed in memory
@@ -777,9 +444,14 @@ def apply_series(target: Path | str | None = None,
 def check_series(target: Path | str | None = None,
                  patches_dir: Path | str = DEFAULT_PATCHES_DIR,
                  configs_dir: Path | str | None = DEFAULT_CONFIGS_DIR,
-                 log: Callable[[str], None] = print) -> None:
+                 log: Callable[[str], None] = print,
+                 vllm_version: str | None = None,
+                 expect_patches: str = "") -> None:
     """Raise unless the target carries the whole series, its post-conditions
-    hold, swap-AB fires and the record matches."""
+    hold, swap-AB fires and the record matches. With `vllm_version` and
+    `expect_patches` (patch names without .patch, comma or space separated; empty:
+    not checked), the record must also name that vLLM release and those patches,
+    as the image's build arguments and labels do."""
     target = resolve_target(target)
     series = load_series(patches_dir)
     check_version(target, series)
@@ -798,7 +470,7 @@ def check_series(target: Path | str | None = None,
             problems += check_post_conditions(tree, patch, series.directory)
             log(f"{patch.name}: applied, post-conditions hold")
     try:
-        verify_swap_ab(tree, Path(configs_dir) if configs_dir else None)
+        _verify_swap_ab(tree, configs_dir)
         log("swap-AB (upstream): present and fires for the H200 fp8 configs")
     except PatchSeriesError as e:
         problems.append(str(e))
@@ -807,8 +479,23 @@ def check_series(target: Path | str | None = None,
         problems.append(f"no record {target / RECORD_NAME}")
     elif [(p.get("name"), p.get("sha256")) for p in record.get("patches", [])] != want:
         problems.append(f"record {target / RECORD_NAME} does not list this series")
+    if vllm_version is not None or expect_patches:
+        problems += _check_build_args(record or {}, vllm_version, expect_patches, log)
     if problems:
         raise PatchSeriesError("\n".join(problems))
+
+
+def _check_build_args(record: dict, vllm_version: str | None, expect_patches: str,
+                      log: Callable[[str], None]) -> list[str]:
+    """The record against the image's VLLM_VERSION and PATCHES build arguments."""
+    names = ",".join(p["name"].removesuffix(".patch") for p in record.get("patches", []))
+    want = expect_patches.replace(" ", ",")
+    ver = record.get("vllm_version")
+    log(f"vLLM {ver} patches: {names or '(none)'}")
+    if (vllm_version is None or ver == vllm_version) and (not want or want == names):
+        return []
+    return [f"patch record {ver} [{names}] disagrees with build args "
+            f"VLLM_VERSION={vllm_version} PATCHES={want}"]
 
 
 def list_series(patches_dir: Path | str = DEFAULT_PATCHES_DIR, markdown: bool = False) -> str:
@@ -850,6 +537,12 @@ def main(argv: list[str] | None = None) -> int:
                        help="directory holding series and the patches")
         p.add_argument("--configs", type=Path, default=DEFAULT_CONFIGS_DIR,
                        help="tuned fused-MoE config JSONs the image ships")
+    check = sub.choices["check"]
+    check.add_argument("--vllm-version", default=None,
+                       help="the vLLM release the record must name (the image's VLLM_VERSION)")
+    check.add_argument("--expect-patches", default="",
+                       help="patch names without .patch, comma or space separated, that the record must "
+                            "list in order (the image's PATCHES label; empty: not checked)")
     p = sub.add_parser("list", help="list the patches")
     p.add_argument("--patches", type=Path, default=DEFAULT_PATCHES_DIR)
     p.add_argument("--markdown", action="store_true", help="a markdown table")
@@ -858,7 +551,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "apply":
             apply_series(args.target, args.patches, args.configs)
         elif args.command == "check":
-            check_series(args.target, args.patches, args.configs)
+            check_series(args.target, args.patches, args.configs,
+                         vllm_version=args.vllm_version, expect_patches=args.expect_patches)
         else:
             sys.stdout.write(list_series(args.patches, args.markdown))
     except PatchSeriesError as e:

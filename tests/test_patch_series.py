@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from serving import moe_configs
 from serving import patch_series as ps
 
 from patch_wheels import fresh_copy, pristine_sources
@@ -62,6 +63,25 @@ def test_series_applies_to_pinned_wheel(flavour, tmp_path, empty_configs):
     # the changed files are the ones the patches name, and they still parse
     for rel in PATCHED_FILES:
         compile((target / rel.split("/", 1)[1]).read_text(), rel, "exec")
+
+
+def test_check_compares_the_record_with_the_build_args(tmp_path):
+    # the image build's step after `apply`: the record must name VLLM_VERSION and the PATCHES label
+    target = fresh_copy("cpu", tmp_path)
+    assert cli("apply", "--target", str(target)).returncode == 0
+    names = ",".join(p.name.removesuffix(".patch") for p in SERIES.patches)
+    ok = cli("check", "--target", str(target), "--vllm-version", "0.32.0", "--expect-patches", names)
+    assert ok.returncode == 0, ok.stderr
+    assert f"vLLM 0.32.0 patches: {names}" in ok.stdout
+    spaced = cli("check", "--target", str(target), "--vllm-version", "0.32.0", "--expect-patches", names.replace(",", " "))
+    assert spaced.returncode == 0, spaced.stderr
+    assert cli("check", "--target", str(target), "--vllm-version", "0.32.0", "--expect-patches", "").returncode == 0
+    bad = cli("check", "--target", str(target), "--vllm-version", "0.33.0", "--expect-patches", names)
+    assert bad.returncode == 1
+    assert f"patch record 0.32.0 [{names}] disagrees with build args VLLM_VERSION=0.33.0" in bad.stderr
+    short = names.rsplit(",", 1)[0]
+    bad = cli("check", "--target", str(target), "--vllm-version", "0.32.0", "--expect-patches", short)
+    assert bad.returncode == 1 and f"PATCHES={short}" in bad.stderr
 
 
 def test_patched_trees_of_both_wheels_agree(tmp_path):
@@ -295,17 +315,17 @@ def test_swap_ab_missing_upstream_code_fails(tmp_path):
 
 def test_swap_ab_rule_comes_from_vllm_source(tmp_path):
     tree = ps.Tree(pristine_sources("gpu"))
-    hopper = ps.load_enable_swap_ab(tree, 90)
+    hopper = moe_configs.load_enable_swap_ab(tree.text, 90)
     assert hopper(16, 128) and hopper(32, 64)
     assert not hopper(64, 128) and not hopper(16, 32)
-    assert not ps.load_enable_swap_ab(tree, 100)(16, 128)
+    assert not moe_configs.load_enable_swap_ab(tree.text, 100)(16, 128)
 
 
 def test_project_configs_fire_swap_ab():
     # every H200 fp8 config the image ships (configs/, may be empty) must fire
     # swap-AB for decode batch sizes (narrow-N tuned entries aside); the image build fails otherwise
     tree = ps.Tree(pristine_sources("gpu"))
-    result = ps.verify_swap_ab(tree, ROOT / "configs")
+    result = moe_configs.verify_swap_ab(tree.text, ROOT / "configs")
     assert result["present"]
 
 
