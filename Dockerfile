@@ -73,13 +73,7 @@ COPY entrypoint.sh /opt/lmi/entrypoint.sh
 WORKDIR /opt/lmi
 RUN python -m serving.patch_series apply
 # The applied patches must be the ones the label names, and the vLLM the one VLLM_VERSION names.
-RUN python -c "import sys; from serving.patch_series import read_record as r; rec = r() or {}; \
-names = ','.join(p['name'].removesuffix('.patch') for p in rec.get('patches', [])); \
-want, ver = sys.argv[1].replace(' ', ','), rec.get('vllm_version'); \
-print('vLLM', ver, 'patches:', names or '(none)'); \
-sys.exit(0 if ver == sys.argv[2] and (not want or want == names) \
- else f'patch record {ver} [{names}] disagrees with build args VLLM_VERSION={sys.argv[2]} PATCHES={want}')" \
-    "${PATCHES}" "${VLLM_VERSION}"
+RUN python -m serving.patch_series check --vllm-version "${VLLM_VERSION}" --expect-patches "${PATCHES}"
 
 # Non-root user; every path it writes is its own. LMI_CACHE_DIR holds the embedded tiny model
 # (made here, so a container with no model configured needs no write outside the cache) and

@@ -124,10 +124,19 @@ def test_patch_tool_cli_has_apply():
     assert "apply" in (ROOT / "serving" / "patch_series.py").read_text()
 
 
-def test_build_checks_the_label_against_the_applied_patches():
+CHECK_COMMAND = 'python -m serving.patch_series check --vllm-version "${VLLM_VERSION}" --expect-patches "${PATCHES}"'
+
+
+def test_build_checks_the_label_against_the_applied_patches(capsys):
     i = index("RUN", lambda a: a == PATCH_COMMAND)
-    checks = [j for j, (k, a) in enumerate(INS) if k == "RUN" and "read_record" in a and "PATCHES" in a]
-    assert checks and checks[0] > i, "a step after the patch step compares PATCHES with the patch record"
+    checks = [j for j, (k, a) in enumerate(INS) if k == "RUN" and a == CHECK_COMMAND]
+    assert checks and checks[0] > i, f"a step after the patch step runs `{CHECK_COMMAND}`"
+    # the options it passes are the patch tool's own (tests/test_patch_series.py runs them)
+    with pytest.raises(SystemExit) as e:
+        patch_series.main(["check", "--help"])
+    assert e.value.code == 0
+    usage = capsys.readouterr().out
+    assert "--vllm-version" in usage and "--expect-patches" in usage
     labels = " ".join(of("LABEL"))
     assert '"${PATCHES}"' in labels and '"${VLLM_VERSION}"' in labels
 
