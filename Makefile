@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 QUIET_PIP := 2> >(grep -v "^WARNING: Location" >&2)
 
-.PHONY: run dry-run test venv image image-test smoke clean
+.PHONY: run dry-run test venv image image-test smoke gpu-lock gpu-wheelhouse clean
 
 venv: $(VENV)/.patched
 
@@ -49,13 +49,39 @@ image:
 image-test: $(VENV)/.deps
 	$(PY) -m pytest -m image tests/test_image.py
 
-# On a GPU host (8 GPUs for the TP=8 case): the GPU build of vLLM, patched, and the FP8 MoE smoke tests.
+# The GPU runtime, resolved once: requirements/gpu.lock (vLLM 0.32.0, torch 2.13.0 and everything they
+# need, for CPython 3.12 on manylinux x86_64). uv resolves it because it can apply
+# requirements/gpu-overrides.txt, which pip cannot; everything installs the lock as is (--no-deps).
+gpu-lock: $(VENV)/.deps
+	$(PIP) install -q uv==0.9.30 $(QUIET_PIP)
+	$(PY) tools/gpu_wheelhouse.py lock --uv $(VENV)/bin/uv
+
+# The GPU runtime as wheels in WHEELHOUSE (and WHEELHOUSE/requirements.txt), for GPU hosts without
+# the package index: copy the folder there and run `make smoke WHEELHOUSE=<folder>`.
+# HOST_FREEZE=<that host's `pip freeze`> leaves out what the host already has at the locked version.
+WHEELHOUSE ?=
+HOST_FREEZE ?=
+gpu-wheelhouse:
+	@test -n "$(WHEELHOUSE)" || { echo "make gpu-wheelhouse: set WHEELHOUSE=<folder>" >&2; exit 2; }
+	$(PYTHON) tools/gpu_wheelhouse.py download --dest $(WHEELHOUSE) $(if $(HOST_FREEZE),--host-freeze $(HOST_FREEZE))
+
+# On a GPU host: the GPU runtime (from the index, or from WHEELHOUSE with --no-index), the series
+# applied, and the FP8 MoE smoke tests at TP = every visible GPU. SMOKE_REQUIRE_GPU=1: a GPU stack
+# that does not import or sees no GPU fails the run, naming what is missing. The venv sees the
+# host's own packages behind its own (_host_site.pth), e.g. CUDA libraries a wheelhouse left out.
 GPU_VENV ?= .venv-gpu
+GPU_PY := $(GPU_VENV)/bin/python
 smoke:
-	test -x $(GPU_VENV)/bin/python || $(PYTHON) -m venv $(GPU_VENV)
-	$(GPU_VENV)/bin/python -m pip install -q -r requirements/gpu.txt -r requirements/test.txt $(QUIET_PIP)
-	$(GPU_VENV)/bin/python -m serving.patch_series apply
-	SERVING_PYTHON=$(CURDIR)/$(GPU_VENV)/bin/python $(GPU_VENV)/bin/python -m pytest -m gpu tests/test_gpu_smoke.py
+	test -x $(GPU_PY) || $(PYTHON) -m venv $(GPU_VENV)
+	$(PYTHON) -c 'import site; print("\n".join(site.getsitepackages()))' \
+	  > "$$($(GPU_PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/_host_site.pth"
+ifneq ($(WHEELHOUSE),)
+	$(GPU_PY) -m pip install -q --no-index --no-deps --find-links $(WHEELHOUSE) -r $(WHEELHOUSE)/requirements.txt
+else
+	$(GPU_PY) -m pip install -q --no-deps -r requirements/gpu.lock -r requirements/smoke.lock $(QUIET_PIP)
+endif
+	$(GPU_PY) -m serving.patch_series apply
+	SMOKE_REQUIRE_GPU=1 SERVING_PYTHON=$(CURDIR)/$(GPU_PY) $(GPU_PY) -m pytest -m gpu -s tests/test_gpu_smoke.py
 
 clean:
 	rm -rf $(VENV) $(GPU_VENV) .pytest_cache

@@ -119,6 +119,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("fp8_moe_stock_order", "true: vLLM's stock FP8 MoE backend order instead of the patched Triton-first "
             "order for per-tensor FP8 on Hopper (patch 0001).", parse=parse_bool, env=("LMI_FP8_MOE_STOCK_ORDER",),
             engine_env="LMI_FP8_MOE_STOCK_ORDER"),
+    Setting("flashinfer_sampler", "FlashInfer's top-k/top-p sampler. Off by default: it is compiled with nvcc at the "
+            "first start on every fresh host (minutes against the health-check timeout, and a failure where there is no "
+            "nvcc); off, vLLM's own PyTorch sampler runs.", parse=parse_bool, default=False,
+            env=("VLLM_USE_FLASHINFER_SAMPLER",), engine_env="VLLM_USE_FLASHINFER_SAMPLER"),
     Setting("port", "HTTP port.", parse=parse_positive_int, default=8080, flag="--port", env=("SAGEMAKER_BIND_TO_PORT",)),
     Setting("host", "Address to listen on.", default="0.0.0.0", flag="--host"),
     Setting("max_request_bytes", "Largest request body /invocations accepts (413 beyond it); SageMaker's real-time "

