@@ -1,0 +1,490 @@
+"""The image against stock vLLM 0.32.0 in the real engine, side by side on one GPU.
+
+    python bench/e2e_bench.py --stock-site DIR --image-python PY --models-dir DIR --out DIR [--reps 3] [--profile]
+
+Every arm is an HTTP server on loopback: "image" is this project's launcher (./entrypoint.sh serve:
+the patched vLLM, configs/, the image's settings); "stock" is vLLM's own OpenAI server from the
+pristine wheel (DIR first on PYTHONPATH: its own configs, no series, vLLM's defaults). All servers
+start at once from empty caches (each its own HOME, vLLM, Triton and FlashInfer cache), so their
+start times are side by side under the same load; then the arms of one model are measured in
+turn (stock, image, stock, image, ...) while the others idle, after one unmeasured warm-up pass.
+
+Per arm and repetition:
+- output tokens/s with 1, 8, 32 and 128 concurrent clients (non-streamed OpenAI completions,
+  fixed prompt and output lengths, ignore_eos), the server's max-num-seqs 128;
+- time to first token and inter-token latency, p50 and p99, streamed, 1 and 32 clients;
+and per server: time from start to the first /ping 200, the first request's time to first token,
+the time to first token of the first request at each new concurrency (the warm-up pass), and
+the count of vLLM's "JIT compilation during inference" warnings. With --profile, a torch-profiler
+trace of a short run at 1 and 32 clients gives each arm's GPU time by kernel class.
+
+Both arms take OpenAI bodies on /v1/completions (stock vLLM has no LMI bodies); what LMI bodies
+cost on top is measured by bench/lmi_vs_openai.py. Results: OUT/e2e.json and OUT/e2e.md.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import http.client
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+JIT_WARNING = "JIT compilation during inference"
+THROUGHPUT_CONCURRENCY = (1, 8, 32, 128)
+LATENCY_CONCURRENCY = (1, 32)
+MAX_NUM_SEQS = 128
+
+
+@dataclass(frozen=True)
+class Model:
+    """One benchmark model: a serving.tiny_model preset in one FP8 scheme, and the arms that serve it."""
+    name: str
+    preset: str
+    fp8: str
+    arms: tuple[str, ...] = ("stock", "image")
+
+
+MODELS = (
+    Model("qwen3-235b-tp8-tensor", "qwen3-235b-a22b-tp8", "tensor"),
+    Model("qwen3-coder-480b-tp8-tensor", "qwen3-coder-480b-a35b-tp8", "tensor"),
+    Model("deepseek-v3-tp8-block", "deepseek-v3-tp8", "block"),
+    # Static activation scales: the only per-tensor checkpoints FlashInfer CUTLASS MoE accepts, so
+    # the one case where the routing patch changes stock's backend. stock-no-nvcc: stock started
+    # with nvcc off PATH (as in the image's runtime base), to see what FlashInfer's JIT does there.
+    Model("qwen3-235b-tp8-static", "qwen3-235b-a22b-tp8", "static", ("stock", "image", "stock-no-nvcc")),
+)
+# The embedded bf16 tiny model: a check of this script itself on the CPU engine (--models tiny-cpu).
+CPU_CHECK = Model("tiny-cpu", "", "")
+
+
+@dataclass
+class Server:
+    name: str
+    model: Model
+    arm: str
+    port: int
+    proc: subprocess.Popen
+    log_path: Path
+    started: float
+    ready_s: float | None = None
+    failed: str | None = None
+    facts: dict = field(default_factory=dict)
+
+    @property
+    def host(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+# --- HTTP client (stdlib: runs under any Python on the GPU host) ---------------------------------
+
+def _request(host: str, method: str, path: str, body: dict | None = None, timeout: float = 600):
+    conn = http.client.HTTPConnection(host, timeout=timeout)
+    conn.request(method, path, body=json.dumps(body) if body is not None else None,
+                 headers={"Content-Type": "application/json"})
+    return conn, conn.getresponse()
+
+
+def _json(host: str, method: str, path: str, body: dict | None = None, timeout: float = 600) -> dict:
+    conn, r = _request(host, method, path, body, timeout)
+    try:
+        data = r.read()
+        if r.status != 200:
+            raise RuntimeError(f"{method} {path} -> {r.status}: {data[:300]!r}")
+        return json.loads(data) if data else {}
+    finally:
+        conn.close()
+
+
+def _body(model_id: str, prompt: list[int], out_tokens: int, stream: bool) -> dict:
+    b = {"model": model_id, "prompt": prompt, "max_tokens": out_tokens, "min_tokens": out_tokens,
+         "ignore_eos": True, "temperature": 0.0}
+    if stream:
+        b.update(stream=True, stream_options={"include_usage": True})
+    return b
+
+
+def completion(host: str, body: dict) -> int:
+    """One non-streamed completion; returns the output token count."""
+    return _json(host, "POST", "/v1/completions", body)["usage"]["completion_tokens"]
+
+
+def streamed(host: str, body: dict) -> dict:
+    """One streamed completion: time to first token, the gaps between streamed chunks, tokens."""
+    t0 = time.perf_counter()
+    conn, r = _request(host, "POST", "/v1/completions", body)
+    times, tokens = [], 0
+    try:
+        if r.status != 200:
+            raise RuntimeError(f"stream -> {r.status}: {r.read()[:300]!r}")
+        while True:
+            line = r.readline()
+            if not line:
+                break
+            if not line.startswith(b"data: ") or line.strip() == b"data: [DONE]":
+                continue
+            ev = json.loads(line[6:])
+            if ev.get("choices") and ev["choices"][0].get("text"):
+                times.append(time.perf_counter())
+            if ev.get("usage"):
+                tokens = ev["usage"]["completion_tokens"]
+    finally:
+        conn.close()
+    if not times:
+        raise RuntimeError("stream carried no token")
+    return {"ttft": times[0] - t0, "gaps": [b - a for a, b in zip(times, times[1:])], "tokens": tokens}
+
+
+def _pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q / 100 * (len(xs) - 1))))]
+
+
+class Workload:
+    """Fixed prompts (random token ids of a fixed length, seeded) shared by every arm."""
+
+    def __init__(self, model_id: str, in_tokens: int, out_tokens: int, vocab: int, seed: int = 0):
+        rng = random.Random(seed)
+        self.model_id, self.out = model_id, out_tokens
+        # ids above the 256 byte tokens and the special tokens, below the vocabulary size
+        self.prompts = [[rng.randrange(300, vocab) for _ in range(in_tokens)] for _ in range(512)]
+
+    def throughput(self, host: str, concurrency: int, waves: int) -> dict:
+        n = max(4, concurrency * waves)
+        bodies = [_body(self.model_id, self.prompts[i % len(self.prompts)], self.out, False) for i in range(n)]
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(concurrency) as pool:
+            tokens = sum(pool.map(lambda b: completion(host, b), bodies))
+        wall = time.perf_counter() - t0
+        return {"requests": n, "tokens": tokens, "wall_s": wall, "tok_s": tokens / wall}
+
+    def latency(self, host: str, concurrency: int, waves: int) -> dict:
+        n = max(4, concurrency * waves)
+        bodies = [_body(self.model_id, self.prompts[i % len(self.prompts)], self.out, True) for i in range(n)]
+        with ThreadPoolExecutor(concurrency) as pool:
+            runs = list(pool.map(lambda b: streamed(host, b), bodies))
+        ttft = [r["ttft"] for r in runs]
+        itl = [g for r in runs for g in r["gaps"]]
+        return {"requests": n, "ttft_p50_ms": 1e3 * _pct(ttft, 50), "ttft_p99_ms": 1e3 * _pct(ttft, 99),
+                "itl_p50_ms": 1e3 * _pct(itl, 50), "itl_p99_ms": 1e3 * _pct(itl, 99)}
+
+
+# --- servers -------------------------------------------------------------------------------------
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _cold_env(base: dict, home: Path) -> dict:
+    """Every cache of this server under its own empty folder: a cold start, as on a fresh host."""
+    home.mkdir(parents=True, exist_ok=True)
+    env = dict(base)
+    env.update(HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"), VLLM_CACHE_ROOT=str(home / ".cache/vllm"),
+               TRITON_CACHE_DIR=str(home / ".cache/triton"), FLASHINFER_WORKSPACE_BASE=str(home),
+               TORCHINDUCTOR_CACHE_DIR=str(home / ".cache/inductor"))
+    for k in ("VLLM_TUNED_CONFIG_FOLDER", "LMI_FP8_MOE_STOCK_ORDER", "VLLM_USE_FLASHINFER_SAMPLER"):
+        env.pop(k, None)
+    return env
+
+
+def _without_nvcc(env: dict) -> dict:
+    env = dict(env)
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep)
+                                  if p and not (Path(p) / "nvcc").exists())
+    env.pop("CUDA_HOME", None)
+    env.pop("CUDA_PATH", None)
+    return env
+
+
+def start_server(a, model: Model, arm: str, model_dir: Path, work: Path) -> Server:
+    port = _free_port()
+    name = f"{model.name}.{arm}"
+    env = _cold_env(os.environ, work / "homes" / name)
+    engine_args = {"max-num-seqs": str(MAX_NUM_SEQS), "max-model-len": str(a.in_tokens + a.out_tokens + 64),
+                   "gpu-memory-utilization": str(a.gpu_mem), "kv-cache-memory-bytes": str(a.kv_bytes)}
+    if a.profile:
+        prof = work / "profiles" / name
+        prof.mkdir(parents=True, exist_ok=True)
+        engine_args["profiler-config"] = json.dumps({"profiler": "torch", "torch_profiler_dir": str(prof),
+                                                     "torch_profiler_with_stack": False})
+    if arm == "image":
+        env.update({"SERVING_PYTHON": a.image_python, "OPTION_MODEL_ID": str(model_dir), "OPTION_HOST": "127.0.0.1",
+                    "OPTION_PORT": str(port), "SERVING_MODEL_DIR": str(work / "no-model-dir")})
+        env.update({"OPTION_" + k.upper().replace("-", "_"): v for k, v in engine_args.items()})
+        cmd = [str(ROOT / "entrypoint.sh"), "serve"]
+    else:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (a.stock_site, env.get("PYTHONPATH", "")) if p)
+        if arm == "stock-no-nvcc":
+            env = _without_nvcc(env)
+        cmd = [a.image_python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
+               "--host", "127.0.0.1", "--port", str(port)]
+        for k, v in engine_args.items():
+            cmd += ["--" + k, v]
+    log_path = work / "logs" / f"{name}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True)
+    return Server(name, model, arm, port, proc, log_path, time.monotonic())
+
+
+def wait_ready(servers: list[Server], deadline_s: float) -> None:
+    end = time.monotonic() + deadline_s
+    pending = list(servers)
+    while pending and time.monotonic() < end:
+        for s in list(pending):
+            if s.proc.poll() is not None:
+                s.failed = f"exited with {s.proc.returncode}"
+                pending.remove(s)
+                continue
+            try:
+                conn, r = _request(s.host, "GET", "/ping", timeout=2)
+                ok = r.status == 200
+                conn.close()
+            except OSError:
+                ok = False
+            if ok:
+                s.ready_s = time.monotonic() - s.started
+                pending.remove(s)
+                log(f"{s.name}: ready after {s.ready_s:.0f} s")
+        time.sleep(1)
+    for s in pending:
+        s.failed = f"not ready after {deadline_s:.0f} s"
+    for s in servers:
+        if s.failed:
+            log(f"{s.name}: {s.failed}; log tail:\n{s.log()[-2500:]}")
+
+
+def stop(s: Server) -> None:
+    if s.proc.poll() is None:
+        os.killpg(s.proc.pid, signal.SIGTERM)
+        try:
+            s.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(s.proc.pid, signal.SIGKILL)
+            s.proc.wait(10)
+
+
+def log_facts(s: Server) -> dict:
+    """What the engine log says about routing, warm-up, FlashInfer and JIT compiles."""
+    text = s.log()
+    pick = re.compile(r"Fp8 MoE backend|TRITON preferred|Warming up the fused-MoE|FlashInfer|Building JIT module|"
+                      r"nvcc|Using .*MoE|moe backend", re.I)
+    lines = []
+    for ln in text.splitlines():
+        if pick.search(ln) and len(lines) < 25:
+            lines.append(ln[-300:])
+    return {"jit_warnings": text.count(JIT_WARNING), "flashinfer_jit_builds": text.count("Building JIT module"),
+            "log_lines": lines}
+
+
+# --- profile: GPU time by kernel class -------------------------------------------------------------
+
+KERNEL_CLASSES = (
+    ("moe_gemm", re.compile(r"fused_moe_kernel")),
+    ("attention", re.compile(r"flash|attn|attention|fmha|reshape_and_cache|paged", re.I)),
+    ("other_gemm", re.compile(r"gemm|gemv|xmma|nvjet|cutlass|scaled_mm|matmul|sm90_", re.I)),
+)
+
+
+def classify(trace_path: Path) -> dict:
+    with gzip.open(trace_path, "rt") if trace_path.suffix == ".gz" else open(trace_path) as f:
+        events = json.load(f)["traceEvents"]
+    kernels = sorted((e for e in events if e.get("cat") == "kernel" and "dur" in e), key=lambda e: e["ts"])
+    us: dict[str, float] = {}
+    other: dict[str, float] = {}
+    moe_seen = 0
+    for e in kernels:
+        cls = next((c for c, rx in KERNEL_CLASSES if rx.search(e["name"])), "other")
+        if cls == "moe_gemm":
+            # each MoE layer runs its w13 GEMM, then its w2 GEMM (the split-K kernel is one of them)
+            cls = "moe_w13" if moe_seen % 2 == 0 else "moe_w2"
+            moe_seen += 1
+        if cls == "other":
+            other[e["name"][:80]] = other.get(e["name"][:80], 0) + e["dur"]
+        us[cls] = us.get(cls, 0) + e["dur"]
+    total = sum(us.values()) or 1
+    return {"total_gpu_ms": total / 1e3, "share": {k: round(v / total, 4) for k, v in sorted(us.items())},
+            "top_other": sorted(other.items(), key=lambda kv: -kv[1])[:8]}
+
+
+def profile(s: Server, wl: Workload, concurrency: int, prof_dir: Path) -> dict:
+    before = set(prof_dir.rglob("*.json*"))
+    _json(s.host, "POST", "/start_profile")
+    wl.latency(s.host, concurrency, 1)
+    _json(s.host, "POST", "/stop_profile")
+    end = time.monotonic() + 120
+    new = []
+    while time.monotonic() < end:
+        new = sorted(p for p in set(prof_dir.rglob("*.json*")) - before if "rank0" in p.name or "rank" not in p.name)
+        if new and all(p.stat().st_size > 0 for p in new):
+            time.sleep(2)
+            break
+        time.sleep(1)
+    if not new:
+        return {"error": "no trace written"}
+    worker = max(new, key=lambda p: p.stat().st_size)  # the GPU worker's trace is the large one
+    return {"trace": worker.name, **classify(worker)}
+
+
+# --- the run -------------------------------------------------------------------------------------
+
+def log(msg: str) -> None:
+    print(f"[e2e {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def sweep(wl: Workload, host: str, waves: int) -> dict:
+    return {"throughput": {str(c): wl.throughput(host, c, waves) for c in THROUGHPUT_CONCURRENCY},
+            "latency": {str(c): wl.latency(host, c, waves) for c in LATENCY_CONCURRENCY}}
+
+
+def first_pass(wl: Workload, host: str) -> dict:
+    """Unmeasured warm-up, recording the first request's time to first token at each new concurrency."""
+    firsts = {}
+    for c in sorted(set(THROUGHPUT_CONCURRENCY) | set(LATENCY_CONCURRENCY)):
+        t0 = time.perf_counter()
+        results = []
+        lock = threading.Lock()
+
+        def one(i):
+            r = streamed(host, _body(wl.model_id, wl.prompts[i], wl.out, True))
+            with lock:
+                results.append(r["ttft"])
+        with ThreadPoolExecutor(c) as pool:
+            list(pool.map(one, range(c)))
+        firsts[str(c)] = {"first_ttft_ms": 1e3 * min(results), "max_ttft_ms": 1e3 * max(results),
+                          "wall_s": time.perf_counter() - t0}
+    sweep(wl, host, 1)
+    return firsts
+
+
+def summarize(results: dict) -> str:
+    out = ["| model | metric | clients | stock | image | image/stock median | paired ratio range |",
+           "|---|---|---|---|---|---|---|"]
+    for mname, m in results["models"].items():
+        reps = m.get("reps", {})
+        if not reps.get("stock") or not reps.get("image"):
+            continue
+        for kind, metric, conc in ([("throughput", "tok_s", c) for c in THROUGHPUT_CONCURRENCY]
+                                   + [("latency", k, c) for c in LATENCY_CONCURRENCY
+                                      for k in ("ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms")]):
+            st = [r[kind][str(conc)][metric] for r in reps["stock"]]
+            im = [r[kind][str(conc)][metric] for r in reps["image"]]
+            ratios = [i / s for i, s in zip(im, st)]
+            out.append(f"| {mname} | {metric} | {conc} | {statistics.median(st):.1f} | {statistics.median(im):.1f} | "
+                       f"{statistics.median(ratios):.3f} | {min(ratios):.3f}-{max(ratios):.3f} |")
+    out += ["", "| server | start to /ping 200 (s) | first request TTFT (ms) | JIT warnings | FlashInfer JIT builds |",
+            "|---|---|---|---|---|"]
+    for name, s in results["servers"].items():
+        out.append(f"| {name} | {s.get('ready_s') or s.get('failed')} | {s.get('first_ttft_ms', '-')} | "
+                   f"{s.get('jit_warnings', '-')} | {s.get('flashinfer_jit_builds', '-')} |")
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="bench/e2e_bench.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--stock-site", required=True, help="folder holding the pristine vllm package (stock arm)")
+    p.add_argument("--image-python", default=sys.executable, help="Python with the patched vLLM (both arms run it)")
+    p.add_argument("--models-dir", type=Path, required=True, help="where the models are made (kept between runs)")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--work", type=Path, default=Path("/tmp/e2e-work"))
+    p.add_argument("--models", nargs="*", default=[m.name for m in MODELS],
+                   choices=[m.name for m in MODELS + (CPU_CHECK,)])
+    p.add_argument("--layers", type=int, default=4, help="decoder layers of every model (MoE dominates the step)")
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--waves", type=int, default=2, help="requests per client in each measured run")
+    p.add_argument("--in-tokens", type=int, default=128)
+    p.add_argument("--out-tokens", type=int, default=128)
+    p.add_argument("--gpu-mem", type=float, default=0.08, help="each server's gpu-memory-utilization")
+    p.add_argument("--kv-bytes", type=int, default=4 << 30, help="each server's KV cache")
+    p.add_argument("--ready-timeout", type=float, default=900)
+    p.add_argument("--profile", action="store_true", help="torch-profiler traces at 1 and 32 clients")
+    a = p.parse_args(argv)
+    a.out.mkdir(parents=True, exist_ok=True)
+    if a.work.exists():
+        shutil.rmtree(a.work)
+    sys.path.insert(0, str(ROOT))
+    from serving.tiny_model import TinySpec, ensure, preset_spec
+
+    chosen = [m for m in MODELS + (CPU_CHECK,) if m.name in a.models]
+    dirs = {}
+    for m in chosen:
+        t0 = time.monotonic()
+        spec = preset_spec(m.preset, layers=a.layers, fp8=True, fp8_scheme=m.fp8) if m.preset else TinySpec()
+        dirs[m.name] = ensure(a.models_dir / m.name, spec)
+        log(f"model {m.name}: {time.monotonic() - t0:.0f} s")
+    vocab = min(spec.vocab for spec in [preset_spec(m.preset) if m.preset else TinySpec() for m in chosen])
+    servers = []
+    for m in chosen:
+        for arm in m.arms:
+            servers.append(start_server(a, m, arm, dirs[m.name], a.work))
+            time.sleep(2)
+    results = {"args": {k: str(v) for k, v in vars(a).items()}, "servers": {}, "models": {}}
+
+    def save():
+        (a.out / "e2e.json").write_text(json.dumps(results, indent=1))
+        (a.out / "e2e.md").write_text(summarize(results))
+
+    try:
+        wait_ready(servers, a.ready_timeout)
+        for s in servers:
+            results["servers"][s.name] = {"ready_s": round(s.ready_s, 1) if s.ready_s else None, "failed": s.failed}
+        save()
+        for m in chosen:
+            arms = {s.arm: s for s in servers if s.model == m and not s.failed}
+            if not arms:
+                continue
+            model_id = _json(next(iter(arms.values())).host, "GET", "/v1/models")["data"][0]["id"]
+            wl = Workload(model_id, a.in_tokens, a.out_tokens, vocab)
+            mres = results["models"].setdefault(m.name, {"first_pass": {}, "reps": {}, "profile": {}})
+            for arm, s in arms.items():
+                s.facts["first_ttft_ms"] = round(1e3 * streamed(s.host, _body(model_id, wl.prompts[0], 16, True))["ttft"], 1)
+                mres["first_pass"][arm] = first_pass(wl, s.host)
+                log(f"{s.name}: first request TTFT {s.facts['first_ttft_ms']} ms; warm-up done")
+            measured = [arm for arm in ("stock", "image") if arm in arms]
+            for rep in range(a.reps):
+                for arm in measured:
+                    r = sweep(wl, arms[arm].host, a.waves)
+                    mres["reps"].setdefault(arm, []).append(r)
+                    log(f"{m.name} rep {rep} {arm}: " + ", ".join(
+                        f"c{c} {r['throughput'][str(c)]['tok_s']:.0f} tok/s" for c in THROUGHPUT_CONCURRENCY))
+                save()
+            if a.profile:
+                for arm in measured:
+                    for c in LATENCY_CONCURRENCY:
+                        try:
+                            mres["profile"][f"{arm}.c{c}"] = profile(arms[arm], wl, c, a.work / "profiles" /
+                                                                     arms[arm].name)
+                        except Exception as e:  # a profile is extra: record why it failed, keep the figures
+                            mres["profile"][f"{arm}.c{c}"] = {"error": repr(e)[:300]}
+                save()
+    finally:
+        for s in servers:
+            results["servers"].setdefault(s.name, {}).update(log_facts(s), **s.facts)
+            stop(s)
+            (a.out / "logs").mkdir(exist_ok=True)
+            shutil.copy(s.log_path, a.out / "logs" / f"{s.name}.log")
+        save()
+    print(summarize(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

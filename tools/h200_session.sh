@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# One H200 session: the GPU runtime from a wheelhouse carried in parts, `make smoke`, stock vLLM
+# beside the image, and the engine benchmark. Run in the repository root on the GPU host.
+#
+#   tools/h200_session.sh probe                 # host facts into $OUT (nvidia-smi, pip freeze)
+#   tools/h200_session.sh stage PART            # move one carried part (.stage/...) to $STAGE
+#   setsid tools/h200_session.sh all &          # the rest, in the background (outlives the call)
+#   tools/h200_session.sh collect               # copy what is done so far into $OUT
+#
+# The parts come from: tools/gpu_wheelhouse.py download --dest W --skip <what the host has>;
+# tools/gpu_wheelhouse.py pack --src W --parts .stage --size 52M (each part travels with the tree,
+# 64 MiB a call).
+set -uo pipefail
+STAGE=${STAGE:-/root/stage}
+WH=${WH:-/root/wheelhouse}
+RES=${RES:-/root/results}
+GPU_VENV=${GPU_VENV:-/root/venv-gpu}
+STOCK=${STOCK:-/root/stock}
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+
+case "${1:-}" in
+probe)
+    nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
+    python3 -m pip freeze > "$OUT/host-freeze.txt" 2>&1
+    { df -h /root /tmp; nproc; free -g; which nvcc; python3 --version; } > "$OUT/host.txt" 2>&1
+    ;;
+stage)
+    mkdir -p "$STAGE" && mv "$2" "$STAGE/" && ls "$STAGE" | wc -l
+    ;;
+all)
+    mkdir -p "$RES"
+    exec > >(tee -a "$RES/session.log") 2>&1
+    t0=$(date +%s)
+    step() { echo "=== $(($(date +%s) - t0)) s: $*"; }
+    step "unpack"
+    cat "$STAGE"/wheelhouse.tar.part-* | tar -x -C "$(dirname "$WH")" || exit 1
+    step "make smoke (install from the wheelhouse, apply the series, GPU smoke tests)"
+    make smoke WHEELHOUSE="$WH" GPU_VENV="$GPU_VENV" 2>&1 | tee "$RES/smoke.log"
+    echo "make smoke exit: ${PIPESTATUS[0]}"
+    step "stock vLLM 0.32.0 beside it (pristine wheel)"
+    "$GPU_VENV/bin/python" -m pip install -q --no-index --no-deps --find-links "$WH" --target "$STOCK" vllm==0.32.0
+    step "engine benchmark"
+    "$GPU_VENV/bin/python" bench/e2e_bench.py --stock-site "$STOCK" --image-python "$GPU_VENV/bin/python" \
+        --models-dir /root/models --out "$RES/e2e" --ready-timeout 480 --profile ${E2E_ARGS:-}
+    step "done"
+    touch "$RES/DONE"
+    ;;
+collect)
+    [ -d "$RES" ] || { echo "no results yet"; exit 0; }
+    for f in session.log smoke.log; do [ -f "$RES/$f" ] && cp "$RES/$f" "$OUT/"; done
+    for f in e2e.md e2e.json; do [ -f "$RES/e2e/$f" ] && cp "$RES/e2e/$f" "$OUT/"; done
+    [ -d "$RES/e2e/logs" ] && tar -czf "$OUT/e2e-logs.tar.gz" -C "$RES/e2e" logs
+    [ -d /tmp/e2e-work/logs ] && tar -czf "$OUT/e2e-live-logs.tar.gz" -C /tmp/e2e-work logs
+    tail -n 25 "$RES/session.log"
+    [ -f "$RES/DONE" ] && echo "SESSION DONE"
+    ;;
+*)
+    sed -n 2,12p "$0"; exit 2
+    ;;
+esac
