@@ -81,7 +81,7 @@ else
 	$(GPU_PY) -m pip install -q --no-deps -r requirements/gpu.lock -r requirements/smoke.lock $(QUIET_PIP)
 endif
 	$(GPU_PY) -m serving.patch_series apply
-	SMOKE_REQUIRE_GPU=1 SERVING_PYTHON=$(CURDIR)/$(GPU_PY) $(GPU_PY) -m pytest -m gpu -s tests/test_gpu_smoke.py
+	SMOKE_REQUIRE_GPU=1 SERVING_PYTHON=$(abspath $(GPU_PY)) $(GPU_PY) -m pytest -m gpu -s tests/test_gpu_smoke.py
 
 clean:
 	rm -rf $(VENV) $(GPU_VENV) .pytest_cache

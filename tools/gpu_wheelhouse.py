@@ -104,7 +104,7 @@ def download(dest: Path, host_freeze: Path | None, skip: list[str], jobs: int) -
         raise SystemExit("download failed:\n  " + "\n  ".join(failed))
     (dest / "requirements.txt").write_text(
         "# The pins this wheelhouse holds (tools/gpu_wheelhouse.py download).\n"
-        + (f"# Left out (the host has them): {' '.join(f'{n}=={v}' for n, v in sorted(left.items()))}\n" if left else "")
+        + (f"# Left out (the host has them, or --skip named them): {' '.join(f'{n}=={v}' for n, v in sorted(left.items()))}\n" if left else "")
         + "".join(p + "\n" for p in pins))
     size = sum(f.stat().st_size for f in dest.glob("*.whl"))
     print(f"{dest}: {len(pins)} wheels, {size / 1e9:.2f} GB; left out {len(left)}: {', '.join(sorted(left)) or '-'}")
