@@ -98,13 +98,14 @@ ENV LMI_CACHE_DIR=/opt/lmi/cache \
     TINI_SUBREAPER=1
 USER 10001:10001
 
-# SageMaker's port. The launcher reads OPTION_PORT / SAGEMAKER_BIND_TO_PORT to move it.
+# SageMaker's port. The launcher resolves the port from every name the settings table gives it.
 EXPOSE 8080
 # /ping answers 200 only once the engine is ready; big FP8 MoE checkpoints take many minutes to
 # load, hence the long start period (failures then do not count). SageMaker ignores this and
-# probes /ping itself (container_startup_health_check_timeout_in_seconds).
+# probes /ping itself (container_startup_health_check_timeout_in_seconds). --healthcheck resolves
+# host and port as the launcher does (environment and serving.properties) without loading vLLM.
 HEALTHCHECK --interval=30s --timeout=10s --start-period=1800s --retries=3 \
-    CMD ["/opt/venv/bin/python", "-c", "import os, urllib.request; port = os.environ.get('OPTION_PORT') or os.environ.get('SAGEMAKER_BIND_TO_PORT') or '8080'; urllib.request.urlopen('http://127.0.0.1:%s/ping' % port, timeout=8)"]
+    CMD ["/opt/venv/bin/python", "-m", "serving", "--healthcheck"]
 
 LABEL org.opencontainers.image.title="lmi-fp8-moe" \
       org.opencontainers.image.description="LMI-style serving container for FP8 MoE models on NVIDIA Hopper (patched vLLM ${VLLM_VERSION})" \

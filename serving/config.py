@@ -1,10 +1,9 @@
 """Resolve the effective settings from defaults, serving.properties and the environment.
 
-Sources, weakest first: the table's defaults, `serving.properties` in the model
-directory, the environment. Among environment names of one setting the
-strongest is OPTION_<KEY>, then SM_VLLM_<FLAG>, then the TGI/HF names (see
-`Setting.env_names`). Every time a stronger source overrides a weaker one the
-result records it, so the startup log can say which won.
+Sources, weakest first (`settings.Level`): the table's defaults, context defaults (those that
+depend on the build or the model, decided by the launcher), `serving.properties` in the model
+directory, the environment. Which candidate wins is `settings.rank`, nothing else. Every time a
+stronger source overrides a weaker one the result records it, so the startup log can say which won.
 """
 from __future__ import annotations
 
@@ -12,11 +11,12 @@ import difflib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from types import MappingProxyType
+from typing import Iterable, Mapping
 
-from .settings import BY_ENV, BY_FLAG, BY_KEY, Setting, SettingValueError, looks_secret
+from .settings import (BY_ENV, BY_FLAG, BY_KEY, TABLE, Context, Level, Setting, Settings, SettingValueError,
+                       looks_secret, rank)
 
-DEFAULT_MODEL_DIR = "/opt/ml/model"
 PROPERTIES_FILE = "serving.properties"
 # Top-level (non-option) serving.properties keys LMI users write; read as the option of the same name.
 TOP_LEVEL_KEYS = ("engine",)
@@ -33,14 +33,22 @@ class ConfigError(Exception):
         super().__init__(f"{key} from {source}: {message}{hint}")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Candidate:
     raw: str
     source: str  # human-readable, e.g. "env OPTION_MAX_MODEL_LEN"
-    rank: tuple[int, int]  # (level, strength within level): higher wins
+    rank: tuple[int, int, int]  # settings.rank: higher wins
 
 
-@dataclass
+@dataclass(frozen=True)
+class ContextDefault:
+    """A default that depends on the build or the model; beats the table's default, loses to the user."""
+    key: str
+    raw: str
+    why: str  # e.g. "CPU build": the source reads "default (CPU build)"
+
+
+@dataclass(frozen=True)
 class Resolved:
     """One effective setting: declared (setting is not None) or a vLLM pass-through (flag is set)."""
 
@@ -50,7 +58,7 @@ class Resolved:
     source: str
     setting: Setting | None = None
     flag: str | None = None
-    overridden: list[Candidate] = field(default_factory=list)
+    overridden: tuple[Candidate, ...] = ()
 
     @property
     def secret(self) -> bool:
@@ -60,16 +68,26 @@ class Resolved:
         return "****" if self.secret else str(self.value)
 
 
-LEVEL_DEFAULT, LEVEL_FILE, LEVEL_ENV = 0, 1, 2
+@dataclass(frozen=True)
+class Resolution:
+    settings: Settings                 # typed values of the declared settings
+    entries: Mapping[str, Resolved]    # every effective setting (declared and pass-through), with its source
 
 
-def model_dir(env: Mapping[str, str]) -> Path:
-    return Path(env.get("SERVING_MODEL_DIR") or DEFAULT_MODEL_DIR)
+def location(key: str, env: Mapping[str, str] = os.environ) -> Path:
+    """A location setting (model_dir, cache_dir, ...), read before anything else: environment or default."""
+    s = TABLE[key]
+    set_names = [n for n in s.env_names if env.get(n, "").strip()]
+    return s.parse(env[set_names[0]]) if set_names else s.default
+
+
+def model_dir(env: Mapping[str, str] = os.environ) -> Path:
+    return location("model_dir", env)
 
 
 def cache_dir(env: Mapping[str, str] = os.environ) -> Path:
     """The project's cache: the embedded tiny model, s3:// downloads, the tests' pinned wheels."""
-    return Path(env.get("LMI_CACHE_DIR") or Path.home() / ".cache" / "lmi-fp8")
+    return location("cache_dir", env)
 
 
 def read_properties(path: Path) -> list[tuple[str, str, str]]:
@@ -96,69 +114,102 @@ def read_properties(path: Path) -> list[tuple[str, str, str]]:
     return out
 
 
-def env_candidates(env: Mapping[str, str]) -> list[tuple[str, str, str, int]]:
-    """(key, raw, source, strength) from the environment; key is a declared key or a pass-through name."""
+def env_candidates(env: Mapping[str, str]) -> list[tuple[str, str, str]]:
+    """(key, raw, environment name) from the environment; key is a declared key or a pass-through name."""
     out = []
     for name, raw in env.items():
         if name in BY_ENV:
             s = BY_ENV[name]
-            strength = len(s.env_names) - s.env_names.index(name)
-            out.append((s.key, raw, f"env {name}", strength))
+            if s.location and not raw.strip():
+                continue  # an empty location is unset
+            out.append((s.key, raw, name))
         elif name.startswith("OPTION_") and len(name) > len("OPTION_"):
-            out.append((name[len("OPTION_"):].lower(), raw, f"env {name}", 2))
+            out.append((name[len("OPTION_"):].lower(), raw, name))
         elif name.startswith("SM_VLLM_") and len(name) > len("SM_VLLM_"):
-            out.append((name[len("SM_VLLM_"):].lower(), raw, f"env {name}", 1))
+            out.append((name[len("SM_VLLM_"):].lower(), raw, name))
     return out
 
 
-def resolve(env: Mapping[str, str] | None = None, vllm_args=None) -> dict[str, Resolved]:
-    """All effective settings, keyed by canonical key. `vllm_args` types pass-through keys (VllmArgs)."""
-    env = dict(os.environ if env is None else env)
-    cands: dict[str, list[Candidate]] = {}
+class Sources:
+    """Every candidate value from the table's defaults, serving.properties and the environment."""
 
-    def add(key: str, raw: str, source: str, rank: tuple[int, int]) -> None:
-        key = key.replace("-", "_")
+    def __init__(self, env: Mapping[str, str] | None = None, vllm_args=None):
+        env = dict(os.environ if env is None else env)
+        self.vllm_args = vllm_args
+        self.cands: dict[str, list[Candidate]] = {}
+        for s in SETTINGS_WITH_DEFAULTS:
+            self.cands[s.key] = [Candidate(str(s.default), "default", rank(Level.DEFAULT, s, s.key))]
+        for key, raw, src in read_properties(model_dir(env) / PROPERTIES_FILE):
+            self._add(Level.FILE, key, key, raw, src)
+        for key, raw, name in env_candidates(env):
+            self._add(Level.ENV, key, name, raw, f"env {name}")
+
+    def _setting(self, key: str) -> Setting | None:
         s = BY_KEY.get(key)
-        if s is None and vllm_args is not None:
+        if s is None and self.vllm_args is not None:
             # A vLLM name of a declared setting (option.model, OPTION_TENSOR_PARALLEL_SIZE, ...).
-            s = BY_FLAG.get(vllm_args.flag_for(key) or "")
+            s = BY_FLAG.get(self.vllm_args.flag_for(key) or "")
+        return s
+
+    def _add(self, level: Level, key: str, name: str, raw: str, source: str) -> None:
+        key = key.replace("-", "_")
+        s = TABLE.get(key) if level is Level.ENV and name in BY_ENV else self._setting(key)
+        if s is None and key in TABLE and TABLE[key].location:
+            names = ", ".join(TABLE[key].env_names)
+            raise ConfigError(key, source, f"a location is set in the environment only ({names})")
         if s is not None:
-            # Within one level an exact canonical key beats an alias.
-            rank = (rank[0], rank[1] * 10 + (1 if key == s.key else 0))
             key = s.key
-        cands.setdefault(key, []).append(Candidate(raw, source, rank))
+        self.cands.setdefault(key, []).append(Candidate(raw, source, rank(level, s, name)))
 
-    for s in BY_KEY.values():
-        if s.default is not None and s.key not in cands:
-            cands[s.key] = [Candidate(str(s.default), "default", (LEVEL_DEFAULT, 0))]
-    for key, raw, src in read_properties(model_dir(env) / PROPERTIES_FILE):
-        add(key, raw, src, (LEVEL_FILE, 1))
-    for key, raw, src, strength in env_candidates(env):
-        add(key, raw, src, (LEVEL_ENV, strength))
+    def resolve(self, ctx: Context = Context(), defaults: Iterable[ContextDefault] = ()) -> Resolution:
+        cands = {k: list(v) for k, v in self.cands.items()}
+        for d in defaults:
+            s = TABLE.get(d.key)
+            cands.setdefault(d.key, []).append(
+                Candidate(d.raw, f"default ({d.why})", rank(Level.CONTEXT, s, d.key)))
+        entries: dict[str, Resolved] = {}
+        for key, cs in cands.items():
+            cs.sort(key=lambda c: c.rank, reverse=True)
+            # A context default only fills a gap: when the user set the key it is not reported as overridden.
+            losers = tuple(c for c in cs[1:] if c.rank[0] != Level.CONTEXT)
+            entries[key] = self._pick(key, cs[0], losers, ctx)
+        values = {k: r.value for k, r in entries.items() if k in TABLE}
+        return Resolution(Settings(**values), MappingProxyType(entries))
 
-    out: dict[str, Resolved] = {}
-    for key, cs in cands.items():
-        cs.sort(key=lambda c: c.rank, reverse=True)
-        win, losers = cs[0], cs[1:]
-        setting = BY_KEY.get(key)
+    def resolve_one(self, key: str, ctx: Context = Context()) -> Resolved | None:
+        """One declared setting on its own (no vLLM arguments needed), or None when nothing sets it."""
+        cs = sorted(self.cands.get(key, ()), key=lambda c: c.rank, reverse=True)
+        return self._pick(key, cs[0], tuple(cs[1:]), ctx) if cs else None
+
+    def _pick(self, key: str, win: Candidate, losers: tuple[Candidate, ...], ctx: Context) -> Resolved:
+        setting = TABLE.get(key)
         if setting is not None:
             try:
                 value = setting.parse(win.raw)
+                if setting.contextual is not None:
+                    value = setting.contextual(value, ctx)
             except SettingValueError as e:
                 raise ConfigError(key, win.source, str(e)) from None
             if key in ALLOWED and str(value).lower() not in ALLOWED[key]:
                 raise ConfigError(key, win.source, f"{value!r} is not supported here; allowed: "
                                   f"{', '.join(ALLOWED[key])} (this container always runs vLLM)")
-            out[key] = Resolved(key, win.raw, value, win.source, setting=setting, flag=setting.flag,
-                                overridden=losers)
-            continue
-        if vllm_args is None:
+            return Resolved(key, win.raw, value, win.source, setting=setting, flag=setting.flag, overridden=losers)
+        if self.vllm_args is None:
             raise ConfigError(key, win.source, "not a declared setting (vLLM arguments were not loaded)")
-        flag = vllm_args.flag_for(key)
+        flag = self.vllm_args.flag_for(key)
         if flag is None:
-            known = sorted(set(BY_KEY) | set(vllm_args.keys()))
+            known = sorted(set(BY_KEY) | set(self.vllm_args.keys()))
             raise ConfigError(key, win.source, "unknown setting: not a container setting nor an argument of "
                               "vLLM's OpenAI server", difflib.get_close_matches(key, known, n=3, cutoff=0.6))
-        out[key] = Resolved(key, win.raw, win.raw, win.source, flag=flag, overridden=losers)
-    return out
+        return Resolved(key, win.raw, win.raw, win.source, flag=flag, overridden=losers)
 
+
+# Locations are read on their own (model_dir, before the file it holds); their defaults are not reported.
+SETTINGS_WITH_DEFAULTS = tuple(s for s in TABLE.values() if s.default is not None and not s.location)
+
+
+def resolve(env: Mapping[str, str] | None = None, vllm_args=None, ctx: Context = Context(),
+            defaults: Iterable[ContextDefault] = ()) -> Resolution:
+    """All effective settings. `vllm_args` (VllmArgs) types pass-through keys; without it only
+    declared settings resolve."""
+    return Sources(env, vllm_args).resolve(ctx, defaults)

@@ -1,7 +1,8 @@
 """Turn the resolved settings into the engine command, report it, and become the engine.
 
-    python -m serving            # resolve, fetch the model if needed, exec vLLM's OpenAI server
-    python -m serving --dry-run  # resolve and print each setting with its source, then the command
+    python -m serving                # resolve, fetch the model if needed, exec vLLM's OpenAI server
+    python -m serving --dry-run      # resolve and print each setting with its source, then the command
+    python -m serving --healthcheck  # exit 0 when /ping on the resolved host and port answers 200
 
 The launcher replaces itself with vLLM (os.execvpe), so the engine is the
 container's main process: signals and exit codes reach SageMaker directly.
@@ -17,7 +18,8 @@ from pathlib import Path
 from typing import Mapping
 
 from . import config as cfg
-from .settings import BY_KEY, SettingValueError
+from .exit_codes import ExitCode
+from .settings import Context, Settings, SettingValueError
 
 log = logging.getLogger("serving")
 
@@ -25,11 +27,8 @@ ENGINE_MODULE = "vllm.entrypoints.openai.api_server"
 # LMI request bodies on /invocations, inside vLLM's own HTTP server (no proxy hop).
 LMI_MIDDLEWARE = "serving.lmi.middleware.LMIMiddleware"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-# Tuned fused-MoE configs shipped with the project (the image sets the same folder).
-CONFIGS_DIR = Path(os.environ.get("LMI_CONFIGS_DIR") or PROJECT_ROOT / "configs")
 
-# Engine settings that only make sense for the CPU build serving the embedded tiny model:
-# on CPU, "GPU memory" means host RAM, so a fixed KV cache keeps the engine small.
+# On CPU, "GPU memory" means host RAM, so a fixed KV cache keeps the engine small.
 CPU_DEFAULTS = {"kv_cache_memory_bytes": "268435456"}
 TINY_MODEL_DEFAULTS = {"max_model_len": "2048"}
 
@@ -38,7 +37,8 @@ TINY_MODEL_DEFAULTS = {"max_model_len": "2048"}
 class Plan:
     """Everything the launcher decided: shown by --dry-run, then executed."""
 
-    settings: dict[str, cfg.Resolved]
+    settings: Settings                      # typed values of the declared settings
+    resolved: Mapping[str, cfg.Resolved]    # every effective setting with its source, pass-through included
     argv: list[str]
     env: dict[str, str]
     model_source: str  # "hub", "local", "model-dir", "s3", "embedded"
@@ -71,15 +71,16 @@ def visible_gpus(env: Mapping[str, str]) -> int:
         return 0
 
 
-def _model(settings: dict[str, cfg.Resolved], env: Mapping[str, str]) -> tuple[str, str, str | None]:
+def _model(res: cfg.Resolution) -> tuple[str, str, str | None]:
     """(source kind, path or hub id for vLLM, s3 url)."""
-    r = settings.get("model_id")
-    mdir = cfg.model_dir(env)
+    r = res.entries.get("model_id")
+    s = res.settings
+    mdir = s.model_dir
     if r is None or not str(r.value):
         if (mdir / "config.json").is_file():
             return "model-dir", str(mdir), None
-        from .tiny_model import default_model_dir
-        return "embedded", str(default_model_dir(env)), None
+        from .tiny_model import MODEL_FOLDER
+        return "embedded", str(s.cache_dir / MODEL_FOLDER), None
     mid = str(r.value)
     if mid.startswith("s3://"):
         from .s3 import S3SourceError, S3Url, default_download_dir
@@ -87,8 +88,7 @@ def _model(settings: dict[str, cfg.Resolved], env: Mapping[str, str]) -> tuple[s
             S3Url.parse(mid)
         except S3SourceError as e:
             raise cfg.ConfigError("model_id", r.source, str(e)) from None
-        dl = settings.get("download_dir")
-        dest = Path(dl.value) if dl else default_download_dir(mid, cfg.cache_dir(env))
+        dest = Path(s.download_dir) if s.download_dir is not None else default_download_dir(mid, s.cache_dir)
         return "s3", str(dest), mid
     p = Path(mid)
     if p.is_dir():
@@ -100,37 +100,36 @@ def _model(settings: dict[str, cfg.Resolved], env: Mapping[str, str]) -> tuple[s
     return "hub", mid, None
 
 
+def context_defaults(kind: str, user: cfg.Resolution) -> list[cfg.ContextDefault]:
+    """Defaults that depend on the build and the model: the embedded tiny model's context length, and
+    on the CPU build a fixed KV cache unless the user sized the memory themselves."""
+    out = []
+    if kind == "embedded":
+        out += [cfg.ContextDefault(k, v, "embedded tiny model") for k, v in TINY_MODEL_DEFAULTS.items()]
+    if is_cpu_build() and not any(k in user.entries for k in ("gpu_memory_utilization", "kv_cache_memory_bytes")):
+        out += [cfg.ContextDefault(k, v, "CPU build") for k, v in CPU_DEFAULTS.items()]
+    return out
+
+
 def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
     env = dict(os.environ if env is None else env)
     if vllm_args is None:
         from .vllm_args import VllmArgs
         vllm_args = VllmArgs()
-    settings = cfg.resolve(env, vllm_args)
+    sources = cfg.Sources(env, vllm_args)
+    ctx = Context(gpus=lambda: visible_gpus(env))
+    user = sources.resolve(ctx)
+    kind, model_path, s3_url = _model(user)
+    res = sources.resolve(ctx, context_defaults(kind, user))
+    s = res.settings
     notes: list[str] = []
 
-    kind, model_path, s3_url = _model(settings, env)
-    extra_defaults: dict[str, tuple[str, str]] = {}
-    if kind == "embedded":
-        extra_defaults.update({k: (v, "default (embedded tiny model)") for k, v in TINY_MODEL_DEFAULTS.items()})
-    if is_cpu_build() and not any(k in settings for k in ("gpu_memory_utilization", "kv_cache_memory_bytes")):
-        extra_defaults.update({k: (v, "default (CPU build)") for k, v in CPU_DEFAULTS.items()})
-    for key, (raw, source) in extra_defaults.items():
-        if key not in settings:
-            s = BY_KEY.get(key)
-            flag = s.flag if s else vllm_args.flag_for(key)
-            settings[key] = cfg.Resolved(key, raw, s.parse(raw) if s else raw, source, setting=s, flag=flag)
-
-    tp = settings.get("tensor_parallel_size")
-    if tp is not None and tp.value == "max":
-        n = visible_gpus(env)
-        if n < 1:
-            raise cfg.ConfigError("tensor_parallel_size", tp.source,
-                                  "'max' needs at least one visible GPU; none found (set a number instead)")
-        tp.value = n
-        notes.append(f"tensor_parallel_size=max resolved to {n} visible GPU(s)")
+    tp = res.entries.get("tensor_parallel_size")
+    if tp is not None and tp.raw.strip().lower() == "max":
+        notes.append(f"tensor_parallel_size=max resolved to {tp.value} visible GPU(s)")
 
     argv = [sys.executable, "-m", ENGINE_MODULE, "--model", model_path]
-    for key, r in sorted(settings.items()):
+    for key, r in sorted(res.entries.items()):
         if key == "model_id" or not r.flag or r.secret and r.setting is not None:
             continue
         try:
@@ -140,21 +139,23 @@ def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
     argv += ["--middleware", LMI_MIDDLEWARE]
 
     engine_env = dict(env)
-    for r in settings.values():
+    for r in res.entries.values():
         if r.setting is not None and r.setting.engine_env:
             v = r.value
             engine_env[r.setting.engine_env] = ("1" if v else "0") if isinstance(v, bool) else str(v)
-    if CONFIGS_DIR.is_dir() and "VLLM_TUNED_CONFIG_FOLDER" not in env:
-        engine_env["VLLM_TUNED_CONFIG_FOLDER"] = str(CONFIGS_DIR)
+    if s.configs_dir.is_dir() and "VLLM_TUNED_CONFIG_FOLDER" not in env:
+        engine_env["VLLM_TUNED_CONFIG_FOLDER"] = str(s.configs_dir)
     # The middleware module must import inside the engine process wherever it was started from.
     engine_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p)
-    return Plan(settings, argv, engine_env, kind, model_path, notes, s3_url)
+    return Plan(s, res.entries, argv, engine_env, kind, model_path, notes, s3_url)
 
 
 def report(p: Plan) -> list[str]:
     """The effective settings, each with its source, and what it overrode; secrets masked."""
     lines = [f"model: {p.model_path} ({p.model_source}{', from ' + p.s3_url if p.s3_url else ''})"]
-    for key, r in sorted(p.settings.items()):
+    for key, r in sorted(p.resolved.items()):
+        if r.setting is not None and r.setting.location:
+            continue  # shown by the model line and the env lines
         where = "vLLM " + r.flag if r.flag else "launcher"
         lines.append(f"setting {key}={r.shown()}  [{r.source}; {where}]")
         for lost in r.overridden:
@@ -196,6 +197,28 @@ def ensure_model(p: Plan) -> None:
         download(p.s3_url, Path(p.model_path))
 
 
+def healthcheck(env: Mapping[str, str] | None = None, timeout: float = 8) -> ExitCode:
+    """GET /ping on the host and port the settings resolve to (a wildcard host: loopback)."""
+    import urllib.request
+
+    env = dict(os.environ if env is None else env)
+    try:
+        sources = cfg.Sources(env)
+        port, host = (sources.resolve_one(k).value for k in ("port", "host"))
+    except cfg.ConfigError as e:
+        print(f"unhealthy: configuration error: {e}", file=sys.stderr)
+        return ExitCode.UNHEALTHY
+    host = "127.0.0.1" if host in ("", "0.0.0.0") else "::1" if host == "::" else host
+    url = f"http://{'[' + host + ']' if ':' in host else host}:{port}/ping"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            ok = r.status == 200
+    except OSError as e:
+        print(f"unhealthy: {url}: {e}", file=sys.stderr)
+        return ExitCode.UNHEALTHY
+    return ExitCode.OK if ok else ExitCode.UNHEALTHY
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
@@ -204,19 +227,23 @@ def main(argv: list[str] | None = None) -> int:
                     help="resolve every setting, print it with its source and the engine command, then exit")
     ap.add_argument("--prepare-only", action="store_true",
                     help="resolve the settings and fetch the model (s3:// or embedded), then exit without serving")
+    ap.add_argument("--healthcheck", action="store_true",
+                    help="exit 0 when the server's /ping (on the resolved host and port) answers 200, else 1")
     args = ap.parse_args(argv)
+    if args.healthcheck:
+        return healthcheck()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
     try:
         p = plan()
     except cfg.ConfigError as e:
         print(f"configuration error: {e}", file=sys.stderr)
-        return 2
+        return ExitCode.CONFIG_ERROR
     if args.dry_run:
         for line in report(p):
             print(line)
         print(command_line(p))
-        return 0
+        return ExitCode.OK
     for line in report(p):
         log.info("%s", line)
     try:
@@ -225,13 +252,13 @@ def main(argv: list[str] | None = None) -> int:
         from .s3 import S3SourceError
         if isinstance(e, S3SourceError):
             log.error("model download failed: %s", e)
-            return 3
+            return ExitCode.DOWNLOAD_FAILED
         raise
     if args.prepare_only:
         log.info("model ready at %s (--prepare-only: not starting the engine)", p.model_path)
-        return 0
+        return ExitCode.OK
     log.info("starting engine: %s", command_line(p))
     sys.stdout.flush()
     sys.stderr.flush()
     os.execvpe(p.argv[0], p.argv, p.env)
-    return 0  # not reached
+    return ExitCode.OK  # not reached

@@ -5,6 +5,7 @@ serving.properties), the LMI aliases users bring, extra environment names from
 the TGI/HF convention, the vLLM flag it becomes, its type and default.
 Everything else is derived from this table: the environment names
 (`OPTION_<KEY>` for the key and every alias, `SM_VLLM_<FLAG>` for the flag),
+their precedence (`rank`), the typed `Settings` object the launcher hands on,
 the dry-run report, and README's settings section (checked by a test).
 
 Keys that are not declared here but are arguments of the installed vLLM's
@@ -12,8 +13,12 @@ OpenAI server pass through unchanged (see `vllm_args.py`).
 """
 from __future__ import annotations
 
+import dataclasses
+import typing
 from dataclasses import dataclass
-from typing import Callable
+from enum import IntEnum
+from pathlib import Path
+from typing import Callable, Mapping
 
 
 class SettingValueError(ValueError):
@@ -47,6 +52,10 @@ def parse_str(raw: str) -> str:
     return raw.strip()
 
 
+def parse_path(raw: str) -> Path:
+    return Path(raw.strip()).expanduser()
+
+
 def parse_tp(raw: str) -> int | str:
     """Tensor parallel degree: a positive integer, or `max` for every visible GPU."""
     v = raw.strip().lower()
@@ -71,19 +80,72 @@ class Setting:
     engine_env: str | None = None      # handed to the engine in this environment variable (secrets: never argv,
                                        # which /proc, ps and vLLM's own "non-default args" log line would show)
     example: str = ""
+    default_text: str = ""             # the default as README shows it, where the value depends on the machine
+    # A place the container finds things in (model folder, cache, Python): read from its environment
+    # names only (serving.properties lives in one of them), and shown by the report's model and env
+    # lines rather than as a setting line.
+    location: bool = False
+    # Turns a parsed value that depends on the machine (tensor_parallel_size=max) into the value used.
+    contextual: Callable[[object, "Context"], object] | None = None
 
     @property
     def option_keys(self) -> tuple[str, ...]:
-        return (self.key, *self.aliases)
+        return () if self.location else (self.key, *self.aliases)
 
     @property
     def env_names(self) -> tuple[str, ...]:
-        """Every environment name, strongest first: OPTION_<KEY> / OPTION_<ALIAS>, SM_VLLM_<FLAG>, then the rest."""
+        """Every environment name, strongest first (the order `rank` gives them)."""
         names = [f"OPTION_{k.upper()}" for k in self.option_keys]
-        if self.flag:
+        if self.flag and not self.location:
             names.append(sm_vllm_name(self.flag))
-        names.extend(reversed(self.env))
-        return tuple(dict.fromkeys(names))
+        names.extend(self.env)
+        names = list(dict.fromkeys(names))
+        return tuple(sorted(names, key=lambda n: rank(Level.ENV, self, n), reverse=True))
+
+
+class Level(IntEnum):
+    """Where a value came from, weakest first."""
+    DEFAULT = 0   # the table's default
+    CONTEXT = 1   # a default that depends on the build or the model (CPU KV cache, the tiny model's context)
+    FILE = 2      # serving.properties
+    ENV = 3       # the environment
+
+
+def rank(level: Level, setting: "Setting | None", name: str) -> tuple[int, int, int]:
+    """The one precedence rule: the candidate with the higher rank wins.
+
+    Sources are ordered by `level`. Within one source the name used decides: the canonical key
+    (`option.<key>`, `OPTION_<KEY>`) beats an alias or vLLM's name of the setting, which beats
+    `SM_VLLM_<FLAG>`, which beats the other conventions' names (later in `Setting.env`: stronger).
+    `name` is the environment name for ENV, the option key otherwise; `setting` is None for a
+    vLLM pass-through key.
+    """
+    if level is not Level.ENV:
+        key = name.replace("-", "_").lower()
+        return (level, 3 if setting is not None and key == setting.key else 2, 0)
+    if setting is not None and name in setting.env:
+        return (level, 0, setting.env.index(name))
+    if name.startswith("SM_VLLM_"):
+        return (level, 1, 0)
+    key = name.removeprefix("OPTION_").lower()
+    if setting is not None and key in setting.aliases:
+        return (level, 2, -setting.aliases.index(key))
+    return (level, 3 if setting is not None and key == setting.key else 2, 0)
+
+
+@dataclass(frozen=True)
+class Context:
+    """Facts about the machine that some values depend on; `gpus` is counted only when asked."""
+    gpus: Callable[[], int] = lambda: 0
+
+
+def expand_tp(value: object, ctx: Context) -> object:
+    if value != "max":
+        return value
+    n = ctx.gpus()
+    if n < 1:
+        raise SettingValueError("'max' needs at least one visible GPU; none found (set a number instead)")
+    return n
 
 
 def sm_vllm_name(flag: str) -> str:
@@ -99,7 +161,7 @@ SETTINGS: tuple[Setting, ...] = (
             flag="--revision", env=("HF_MODEL_REVISION",)),
     Setting("tensor_parallel_size", "Tensor parallel degree; `max` uses every visible GPU.",
             parse=parse_tp, flag="--tensor-parallel-size", aliases=("tensor_parallel_degree",),
-            env=("SM_NUM_GPUS",), example="max"),
+            env=("SM_NUM_GPUS",), example="max", contextual=expand_tp),
     Setting("max_num_seqs", "Most sequences batched at once (LMI: max_rolling_batch_size).",
             parse=parse_int, flag="--max-num-seqs", aliases=("max_rolling_batch_size",), env=("MAX_BATCH_SIZE",)),
     Setting("max_num_batched_tokens", "Most tokens in one engine step (LMI: max_rolling_batch_prefill_tokens).",
@@ -139,9 +201,22 @@ SETTINGS: tuple[Setting, ...] = (
             parse=parse_str),
     Setting("download_dir", "Where an s3:// model is downloaded (default: a folder under the cache directory).",
             env=("SERVING_DOWNLOAD_DIR",)),
+    Setting("model_dir", "The model directory: serving.properties, and the model itself when it holds config.json.",
+            parse=parse_path, default=Path("/opt/ml/model"), env=("SERVING_MODEL_DIR",), location=True),
+    Setting("cache_dir", "The project's cache: the embedded tiny model, s3:// downloads, the tests' pinned wheels.",
+            parse=parse_path, default=Path.home() / ".cache" / "lmi-fp8", default_text="~/.cache/lmi-fp8",
+            env=("LMI_CACHE_DIR",), location=True),
+    Setting("configs_dir", "Tuned fused-MoE configs handed to vLLM as VLLM_TUNED_CONFIG_FOLDER (unless that is set).",
+            parse=parse_path, default=Path(__file__).resolve().parent.parent / "configs",
+            default_text="configs/ beside serving/", env=("LMI_CONFIGS_DIR",), location=True),
+    Setting("python", "The Python entrypoint.sh starts the launcher with (default: the project's .venv, else "
+            "python3); read by entrypoint.sh itself.", env=("SERVING_PYTHON",), location=True),
 )
 
-BY_KEY: dict[str, Setting] = {}
+TABLE: dict[str, Setting] = {s.key: s for s in SETTINGS}
+assert len(TABLE) == len(SETTINGS), "a key declared twice"
+
+BY_KEY: dict[str, Setting] = {}  # option keys (canonical and aliases) -> setting
 for _s in SETTINGS:
     for _k in _s.option_keys:
         assert _k not in BY_KEY, f"option key {_k} declared twice"
@@ -154,6 +229,45 @@ for _s in SETTINGS:
         BY_ENV[_e] = _s
 
 BY_FLAG: dict[str, Setting] = {s.flag: s for s in SETTINGS if s.flag}
+
+
+
+def _value_type(s: Setting) -> object:
+    hint = typing.get_type_hints(s.parse).get("return", object)
+    return hint if s.default is not None else hint | None
+
+
+# The effective values, typed and frozen: a misspelt setting is an AttributeError, not a silent None.
+Settings = dataclasses.make_dataclass(
+    "Settings", [(s.key, _value_type(s), dataclasses.field(default=s.default, repr=not s.secret)) for s in SETTINGS],
+    frozen=True, slots=True)
+Settings.__module__ = __name__
+Settings.__doc__ = "The effective value of every declared setting (None: unset and no default)."
+
+
+def engine_value(key: str, env: Mapping[str, str]) -> object:
+    """A setting the launcher handed to the engine process in its `engine_env` variable, parsed
+    as the table says (unset: the table's default)."""
+    s = TABLE[key]
+    raw = env.get(s.engine_env or "", "").strip()
+    if not raw:
+        return s.default
+    try:
+        return s.parse(raw)
+    except SettingValueError as e:
+        raise SettingValueError(f"{s.engine_env}={raw!r}: {e}") from None
+
+
+def to_environment(values: Mapping[str, object]) -> dict[str, str]:
+    """Environment that makes the container resolve these values (e.g. for a SageMaker model):
+    each key, declared or a vLLM argument, under its `OPTION_<KEY>` name (a location under its own)."""
+    out = {}
+    for key, v in values.items():
+        s = TABLE.get(key) or BY_KEY.get(key)
+        name = s.env_names[0] if s is not None else f"OPTION_{key.upper()}"
+        out[name] = ("true" if v else "false") if isinstance(v, bool) else str(v)
+    return out
+
 
 SECRET_LAST_WORDS = ("token", "secret", "password", "apikey")
 SECRET_LAST_PAIRS = (("api", "key"), ("access", "key"), ("secret", "key"))
@@ -170,9 +284,9 @@ def markdown_table() -> str:
     """README's settings table, generated from SETTINGS (a test keeps README in step)."""
     rows = ["| serving.properties | environment | vLLM flag | default | meaning |", "|---|---|---|---|---|"]
     for s in SETTINGS:
-        keys = ", ".join(f"`option.{k}`" for k in s.option_keys)
+        keys = ", ".join(f"`option.{k}`" for k in s.option_keys) or "(environment only)"
         envs = ", ".join(f"`{e}`" for e in s.env_names)
         flag = f"`{s.flag}`" if s.flag else "(launcher)"
-        default = "" if s.default is None else f"`{s.default}`"
+        default = f"`{s.default_text or s.default}`" if s.default is not None else ""
         rows.append(f"| {keys} | {envs} | {flag} | {default} | {s.help} |")
     return "\n".join(rows)

@@ -356,9 +356,12 @@ def preset_spec(name: str, **overrides) -> TinySpec:
     return TinySpec(**{**PRESET_COMMON, **PRESETS[name], **overrides})
 
 
+MODEL_FOLDER = "tiny-qwen3-moe"  # inside the cache directory
+
+
 def default_model_dir(env: Mapping[str, str] = os.environ) -> Path:
     from .config import cache_dir
-    return cache_dir(env) / "tiny-qwen3-moe"
+    return cache_dir(env) / MODEL_FOLDER
 
 
 def main(argv: list[str] | None = None) -> int:

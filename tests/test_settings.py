@@ -68,8 +68,8 @@ def argv_value(p, flag):
 def test_every_convention_maps_to_its_flag(va, model_dir, name, flag, value):
     p = plan(va, model_dir, {name: value})
     assert argv_value(p, flag) == value
-    key = next(k for k, r in p.settings.items() if r.flag == flag)
-    assert p.settings[key].source == f"env {name}"
+    key = next(k for k, r in p.resolved.items() if r.flag == flag)
+    assert p.resolved[key].source == f"env {name}"
 
 
 @pytest.mark.parametrize("key", ["tensor_parallel_degree", "tensor_parallel_size", "model"])
@@ -82,7 +82,7 @@ def test_properties_aliases(va, model_dir, key):
 
 def test_lmi_engine_line_is_accepted(va, model_dir):
     p = plan(va, model_dir, {"OPTION_ENGINE": "Python"}, props="engine=Python\noption.rolling_batch=vllm\n")
-    assert p.settings["engine"].source == "env OPTION_ENGINE"
+    assert p.resolved["engine"].source == "env OPTION_ENGINE"
     assert not any("engine" in a or "rolling" in a for a in p.argv[3:])
 
 
@@ -110,13 +110,13 @@ def test_env_wins_over_file_and_report_says_so(va, model_dir):
 def test_file_wins_over_default(va, model_dir):
     p = plan(va, model_dir, props="option.port=7000\n")
     assert argv_value(p, "--port") == "7000"
-    assert p.settings["port"].overridden[0].source == "default"
+    assert p.resolved["port"].overridden[0].source == "default"
 
 
 def test_option_name_beats_tgi_name(va, model_dir):
     p = plan(va, model_dir, {"SM_NUM_GPUS": "8", "OPTION_TENSOR_PARALLEL_DEGREE": "2"})
     assert argv_value(p, "--tensor-parallel-size") == "2"
-    assert [c.source for c in p.settings["tensor_parallel_size"].overridden] == ["env SM_NUM_GPUS"]
+    assert [c.source for c in p.resolved["tensor_parallel_size"].overridden] == ["env SM_NUM_GPUS"]
 
 
 def test_canonical_key_beats_alias_in_one_file(va, model_dir):
@@ -161,7 +161,7 @@ def test_pass_through_of_an_undeclared_vllm_argument(va, model_dir):
     p = plan(va, model_dir, {"OPTION_MAX_LOGPROBS": "7"}, props="option.enable_prefix_caching=false\n")
     assert argv_value(p, "--max-logprobs") == "7"
     assert "--no-enable-prefix-caching" in p.argv
-    assert p.settings["max_logprobs"].source == "env OPTION_MAX_LOGPROBS"
+    assert p.resolved["max_logprobs"].source == "env OPTION_MAX_LOGPROBS"
 
 
 @pytest.mark.parametrize("env,props,match", [
@@ -259,3 +259,168 @@ def test_bad_value_stops_with_exit_2_and_one_line(tmp_path):
     errors = [l for l in r.stderr.splitlines() if l.startswith("configuration error")]
     assert errors == ["configuration error: max_num_seqs from env OPTION_MAX_NUM_SEQS: 'lots' is not an integer"]
     assert "NOTPRINTED" not in r.stdout + r.stderr
+
+
+# -- precedence, context defaults, the typed settings object -------------------------------------
+
+def test_precedence_levels_and_names(va, model_dir):
+    # The embedded model's context default loses to the file, which loses to the environment.
+    assert plan(va, model_dir).resolved["max_model_len"].source == "default (embedded tiny model)"
+    p = plan(va, model_dir, props="option.max_model_len=1024\n")
+    assert (p.settings.max_model_len, p.resolved["max_model_len"].source) == (1024, f"{model_dir}/serving.properties:1")
+    assert plan(va, model_dir, {"SM_VLLM_MAX_MODEL_LEN": "512"}).settings.max_model_len == 512
+    # Within the environment: OPTION_<KEY> > OPTION_<ALIAS> > SM_VLLM_<FLAG> > the TGI name.
+    env = {"SM_NUM_GPUS": "1", "SM_VLLM_TENSOR_PARALLEL_SIZE": "2", "OPTION_TENSOR_PARALLEL_DEGREE": "3",
+           "OPTION_TENSOR_PARALLEL_SIZE": "4"}
+    order = []
+    while env:
+        p = plan(va, model_dir, env)
+        won = p.resolved["tensor_parallel_size"].source.removeprefix("env ")
+        order.append(won)
+        env.pop(won)
+    assert order == ["OPTION_TENSOR_PARALLEL_SIZE", "OPTION_TENSOR_PARALLEL_DEGREE", "SM_VLLM_TENSOR_PARALLEL_SIZE",
+                     "SM_NUM_GPUS"]
+    assert order == list(cfg.TABLE["tensor_parallel_size"].env_names), "the table lists names strongest first"
+
+
+def test_cpu_kv_cache_default_is_a_source_the_user_overrides(va, model_dir):
+    assert launcher.is_cpu_build()
+    r = plan(va, model_dir).resolved["kv_cache_memory_bytes"]
+    assert (r.raw, r.source) == ("268435456", "default (CPU build)")
+    p = plan(va, model_dir, {"OPTION_KV_CACHE_MEMORY_BYTES": "1073741824"})
+    assert argv_value(p, "--kv-cache-memory-bytes") == "1073741824"
+    p = plan(va, model_dir, {"OPTION_GPU_MEMORY_UTILIZATION": "0.5"})
+    assert "--kv-cache-memory-bytes" not in p.argv and argv_value(p, "--gpu-memory-utilization") == "0.5"
+
+
+def test_settings_object_is_typed_and_frozen(va, model_dir):
+    import dataclasses
+
+    p = plan(va, model_dir, {"OPTION_MAX_ROLLING_BATCH_SIZE": "24", "HF_MODEL_TRUST_REMOTE_CODE": "yes",
+                             "HF_TOKEN": "hf_REPRSECRET", "OPTION_TENSOR_PARALLEL_DEGREE": "max",
+                             "CUDA_VISIBLE_DEVICES": "0,1"})
+    s = p.settings
+    assert (s.max_num_seqs, s.trust_remote_code, s.port, s.tensor_parallel_size) == (24, True, 8080, 2)
+    assert s.model_dir == model_dir and s.revision is None
+    with pytest.raises(AttributeError):
+        s.max_num_seq  # noqa: B018  (misspelt: an error, not a silent None)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.port = 9
+    assert "REPRSECRET" not in repr(s)
+    assert "tensor_parallel_size=max resolved to 2 visible GPU(s)" in launcher.report(p)
+
+
+def test_locations_are_read_through_the_table(va, model_dir, tmp_path):
+    p = plan(va, model_dir, {"LMI_CACHE_DIR": str(tmp_path / "cache"), "LMI_CONFIGS_DIR": str(ROOT / "configs")})
+    assert p.model_path == str(tmp_path / "cache" / "tiny-qwen3-moe")
+    assert p.env["VLLM_TUNED_CONFIG_FOLDER"] == str(ROOT / "configs")
+    p = plan(va, model_dir, {"LMI_CONFIGS_DIR": str(tmp_path / "none")})
+    assert "VLLM_TUNED_CONFIG_FOLDER" not in p.env or p.env["VLLM_TUNED_CONFIG_FOLDER"] == os.environ.get(
+        "VLLM_TUNED_CONFIG_FOLDER")
+    with pytest.raises(cfg.ConfigError, match=r"model_dir from .*serving.properties:1: a location is set in the "
+                                              r"environment only \(SERVING_MODEL_DIR\)"):
+        plan(va, model_dir, props="option.model_dir=/elsewhere\n")
+
+
+def test_entrypoint_uses_the_tables_python_name(tmp_path):
+    (name,) = cfg.TABLE["python"].env_names
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPTION_", "SM_VLLM_", "HF_"))}
+    r = subprocess.run([str(ROOT / "entrypoint.sh"), "serve", "--dry-run"], env={**env, name: "/bin/echo"},
+                       capture_output=True, text=True, timeout=30)
+    assert (r.returncode, r.stdout) == (0, "-m serving --dry-run\n")
+
+
+def test_request_limit_has_one_default_and_one_parser():
+    from serving.lmi import middleware
+    from serving.settings import SettingValueError
+
+    s = cfg.TABLE["max_request_bytes"]
+    assert middleware.DEFAULT_MAX_REQUEST_BYTES == s.default and middleware.LIMIT_ENV == s.engine_env
+    assert middleware.max_request_bytes({s.engine_env: "4096"}) == 4096
+    with pytest.raises(SettingValueError, match=r"SERVING_MAX_REQUEST_BYTES='-1': '-1' must be a positive integer"):
+        middleware.max_request_bytes({s.engine_env: "-1"})
+
+
+def test_to_environment_resolves_back_to_the_same_values(va, model_dir):
+    from serving.settings import to_environment
+
+    values = {"tensor_parallel_degree": 2, "max_model_len": 1024, "enforce_eager": True, "trust_remote_code": False,
+              "max_request_bytes": 1 << 20}
+    env = to_environment(values)
+    assert env["OPTION_TENSOR_PARALLEL_SIZE"] == "2" and env["OPTION_ENFORCE_EAGER"] == "true"
+    p = plan(va, model_dir, env)
+    assert (p.settings.tensor_parallel_size, p.settings.max_model_len, p.settings.trust_remote_code,
+            p.settings.max_request_bytes) == (2, 1024, False, 1 << 20)
+    assert "--enforce-eager" in p.argv
+
+
+def test_exit_codes_are_the_documented_ones():
+    from serving.exit_codes import ExitCode
+
+    readme = (ROOT / "README.md").read_text()
+    assert (ExitCode.CONFIG_ERROR, ExitCode.DOWNLOAD_FAILED, ExitCode.ENGINE_DIED) == (2, 3, 4)
+    assert "2 a configuration error" in readme and "3 the model download failed" in readme and "4 the engine died" in readme
+
+
+# -- the image's HEALTHCHECK: python -m serving --healthcheck -------------------------------------
+
+@pytest.fixture
+def ping_server():
+    """A loopback HTTP server whose /ping answers the status in `state["status"]`."""
+    import http.server
+    import threading
+
+    state = {"status": 200}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(state["status"] if self.path == "/ping" else 404)
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    state["port"] = srv.server_address[1]
+    yield state
+    srv.shutdown()
+    srv.server_close()
+
+
+def _healthcheck(env_extra, model_dir):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPTION_", "SM_VLLM_", "HF_", "SAGEMAKER_"))}
+    env.update({"SERVING_MODEL_DIR": str(model_dir), **env_extra})
+    code = "import sys; from serving.launcher import main; rc = main(['--healthcheck']); " \
+           "print('vllm loaded' if 'vllm' in sys.modules else 'vllm not loaded'); sys.exit(rc)"
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=30)
+
+
+@pytest.mark.parametrize("how", ["OPTION_PORT", "SAGEMAKER_BIND_TO_PORT", "SM_VLLM_PORT", "serving.properties"])
+def test_healthcheck_resolves_the_port_like_the_launcher(ping_server, model_dir, how):
+    port = str(ping_server["port"])
+    if how == "serving.properties":
+        (model_dir / "serving.properties").write_text(f"option.port={port}\n")
+        env = {}
+    else:
+        env = {how: port}
+    r = _healthcheck(env, model_dir)
+    assert (r.returncode, r.stdout) == (0, "vllm not loaded\n"), r.stderr  # fast: well inside the 10 s timeout
+
+
+def test_healthcheck_fails_when_ping_is_not_200_or_nobody_listens(ping_server, model_dir):
+    ping_server["status"] = 503
+    r = _healthcheck({"OPTION_PORT": str(ping_server["port"])}, model_dir)
+    assert r.returncode == 1 and "503" in r.stderr
+    r = _healthcheck({"OPTION_PORT": str(launcher_free_port())}, model_dir)
+    assert r.returncode == 1 and "unhealthy: http://127.0.0.1:" in r.stderr
+    r = _healthcheck({"OPTION_PORT": "eighty"}, model_dir)
+    assert r.returncode == 1 and "port from env OPTION_PORT: 'eighty' is not an integer" in r.stderr
+
+
+def launcher_free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -7,7 +7,7 @@ process exits with status 0 -- which reads as a clean stop, not a failure.
 We tell the two cases apart by who asked: a requested stop (SIGTERM/SIGINT) goes through
 AsyncLLM.shutdown() before the engine goes away; an engine crash marks the client errored
 without it. An errored engine with no shutdown requested ends the process at once with
-ENGINE_DEAD_EXIT (after vLLM's own clean-up of the engine processes has run).
+ExitCode.ENGINE_DIED (after vLLM's own clean-up of the engine processes has run).
 """
 from __future__ import annotations
 
@@ -17,9 +17,10 @@ import os
 import sys
 import time
 
+from ..exit_codes import ExitCode
+
 log = logging.getLogger("vllm.lmi")  # a child of vLLM's logger: same handlers and format
 
-ENGINE_DEAD_EXIT = 4  # launcher: 2 = configuration error, 3 = model download failed
 POLL_S = 0.25
 # A stop signal sent to the whole process group reaches the EngineCore as early as the API
 # server, so the engine may look dead a moment before vLLM's handler calls shutdown().
@@ -63,7 +64,7 @@ class EngineWatch:
 
     def exit_now(self) -> None:
         log.error("the engine process died; exiting with status %d so the platform replaces "
-                  "this container", ENGINE_DEAD_EXIT)
+                  "this container", ExitCode.ENGINE_DIED)
         # vLLM's engine monitor thread stops the remaining engine processes; let it finish.
         core = getattr(self.client, "engine_core", None)
         fin = getattr(core, "_finalizer", None)
@@ -77,4 +78,4 @@ class EngineWatch:
                 pass
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(ENGINE_DEAD_EXIT)
+        os._exit(ExitCode.ENGINE_DIED)

@@ -1,7 +1,7 @@
 """ASGI middleware vLLM loads with `--middleware serving.lmi.middleware.LMIMiddleware`.
 
 It sits in front of vLLM's own app and only touches `POST /invocations` (and the lifespan):
-- enforces the request size limit (SERVING_MAX_REQUEST_BYTES, default 6 MiB, SageMaker's
+- enforces the request size limit (setting max_request_bytes, default 6 MiB, SageMaker's
   real-time payload limit) on every body kind;
 - an LMI/TGI body (`{"inputs": ...}`) is validated, turned into a completion request and
   served in-process by vLLM's own completion handler (app.state.openai_serving_completion):
@@ -17,29 +17,22 @@ import json
 import logging
 import os
 
+from ..settings import TABLE, engine_value
 from . import schema, stream, translate
 from .engine_watch import EngineWatch
 from .errors import LMIError, send_error, send_json
 
 log = logging.getLogger("vllm.lmi")
 
-LIMIT_ENV = "SERVING_MAX_REQUEST_BYTES"
-DEFAULT_MAX_REQUEST_BYTES = 6 * 1024 * 1024
+LIMIT_ENV = TABLE["max_request_bytes"].engine_env
+DEFAULT_MAX_REQUEST_BYTES = TABLE["max_request_bytes"].default
 DRAIN_FACTOR = 4
 ADAPTER_HEADER = b"x-amzn-sagemaker-adapter-identifier"  # SageMaker's LoRA adapter header
 
 
 def max_request_bytes(env=os.environ) -> int:
-    raw = env.get(LIMIT_ENV, "").strip()
-    if not raw:
-        return DEFAULT_MAX_REQUEST_BYTES
-    try:
-        n = int(raw)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise ValueError(f"{LIMIT_ENV}={raw!r}: must be a positive integer number of bytes")
-    return n
+    """The limit the launcher handed over (the settings table parses and defaults it)."""
+    return engine_value("max_request_bytes", env)
 
 
 class _ClientGone(Exception):
