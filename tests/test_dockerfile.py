@@ -221,7 +221,8 @@ def test_exposes_8080_and_checks_ping():
     # (tests/test_settings.py runs it against a live /ping).
     cmd = json.loads(hc[0].split("CMD", 1)[1])
     assert cmd[1:] == ["-m", "serving", "--healthcheck"] and Path(cmd[0]).parent == Path(env()["VIRTUAL_ENV"]) / "bin"
-X
+    img_root = str(Path(copies()["serving"]).parent)
+    assert workdir_at(index("HEALTHCHECK")) == img_root, "`python -m serving` needs the directory holding serving/ as cwd"
 
 
 def test_init_is_pid_1_and_entrypoint_handles_serve():
