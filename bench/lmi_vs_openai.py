@@ -1,7 +1,7 @@
 """The same streamed workload through /invocations with an LMI body and with an OpenAI body.
 
-    .venv/bin/python bench/lmi_vs_openai.py                 # starts the launcher's engine itself
-    .venv/bin/python bench/lmi_vs_openai.py --url http://127.0.0.1:8080
+    .venv/bin/python -m bench.lmi_vs_openai                 # starts the launcher's engine itself
+    .venv/bin/python -m bench.lmi_vs_openai --url http://127.0.0.1:8080
 
 Bounded: a fixed number of requests per round, a fixed concurrency, greedy decoding with a
 fixed number of output tokens (EOS ignored), so both bodies ask the engine for exactly the
@@ -25,9 +25,9 @@ from pathlib import Path
 import httpx
 import psutil
 
+from tools import launcher_process  # starts/stops the launcher; shared with the tests
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-import launcher_process  # noqa: E402  (starts/stops the launcher; shared with the tests)
 
 
 def lmi_body(prompt: str, max_tokens: int) -> dict:

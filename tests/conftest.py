@@ -6,16 +6,12 @@ start their own.
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-import launcher_process  # noqa: E402
-from launcher_process import Server, free_port, stop, wait_ready  # noqa: E402,F401  (re-exported for tests)
+from tools import launcher_process
+from tools.launcher_process import Server, free_port, stop, wait_ready  # noqa: F401  (re-exported for tests)
 
 # A planted secret: the startup log must never show it (tests/test_launcher_e2e.py).
 PLANTED_SECRET = "hf_PLANTEDsecretVALUE123"

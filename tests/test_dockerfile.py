@@ -7,17 +7,14 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
+from serving import patch_series
+from tools import image_build
 
-import image_build  # noqa: E402
-from serving import patch_series  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 PATCH_COMMAND = "python -m serving.patch_series apply"
 

@@ -1,7 +1,7 @@
 """The image test (`make image-test`): build the CPU flavour of ./Dockerfile with buildah, run a
 container from it serving the embedded tiny model, smoke-check it, remove what it made.
 
-No Docker engine is needed: tests/image_build.py installs buildah and debootstrap when they are
+No Docker engine is needed: tools/image_build.py installs buildah and debootstrap when they are
 missing (apt-get, as root), makes a Debian bookworm base image once (kept, as
 localhost/lmi-base:bookworm) and builds with `--storage-driver vfs --isolation chroot`. The
 container runs the image's own ENTRYPOINT and CMD (tini -> entrypoint.sh serve -> launcher ->
@@ -16,17 +16,15 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+from conftest import free_port, wait_ready
+from tools import image_build as ib
 
-import image_build as ib  # noqa: E402
-from conftest import free_port, wait_ready  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = [pytest.mark.image, pytest.mark.timeout(3600)]
 

@@ -1,11 +1,11 @@
 """Build and run the CPU flavour of the project's Dockerfile without a Docker engine (buildah).
 
-    python3 tests/image_build.py patches      # the PATCHES build arg (from patches/series)
-    python3 tests/image_build.py tools        # apt-get install buildah debootstrap if missing
-    python3 tests/image_build.py base         # make the local Debian base image (cached)
-    python3 tests/image_build.py build [TAG] [--head]  # build the CPU flavour of the Dockerfile
+    python3 -m tools.image_build patches      # the PATCHES build arg (from patches/series)
+    python3 -m tools.image_build tools        # apt-get install buildah debootstrap if missing
+    python3 -m tools.image_build base         # make the local Debian base image (cached)
+    python3 -m tools.image_build build [TAG] [--head]  # build the CPU flavour of the Dockerfile
                                               # (--head: of the committed tree, not the checkout)
-    python3 tests/image_build.py clean [--all] # remove what this made (--all: the base and caches too)
+    python3 -m tools.image_build clean [--all] # remove what this made (--all: the base and caches too)
 
 tests/test_image.py (`make image-test`) drives the same functions: tools, base, build, a
 container with the embedded tiny model, smoke checks, cleanup.
@@ -43,6 +43,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from serving.patch_format import load_series
+
 ROOT = Path(__file__).resolve().parent.parent
 BASE_IMAGE = "localhost/lmi-base:bookworm"
 TEST_IMAGE = "localhost/lmi-fp8-moe:cpu-test"
@@ -77,16 +79,10 @@ def out(cmd: list[str]) -> str:
 
 def series_patches(root: Path = ROOT) -> str:
     """The PATCHES build arg: patch names of patches/series (without .patch), comma-separated."""
-    sys.path.insert(0, str(ROOT))
-    from serving.patch_series import load_series
-
     return ",".join(p.name.removesuffix(".patch") for p in load_series(root / "patches").patches)
 
 
 def series_vllm_version(root: Path = ROOT) -> str:
-    sys.path.insert(0, str(ROOT))
-    from serving.patch_series import load_series
-
     return load_series(root / "patches").vllm_version
 
 

@@ -1,0 +1,1 @@
+"""Benchmarks: the H200 fused-MoE kernel harness (bench/moe/) and the HTTP load generator (lmi_vs_openai)."""
