@@ -1,8 +1,8 @@
 """Run patch 0004's split-K fused-MoE kernel under Triton's interpreter.
 
-Run as a script with TRITON_INTERPRET=1 in the environment (Triton reads it
-when it is imported, so a separate process) and the path of a vLLM
-fused_moe.py as the argument; prints one JSON object: case -> relative error
+Run as `python -m tests.moe_split_k_check <vLLM fused_moe.py>` from the
+repository root with TRITON_INTERPRET=1 in the environment (Triton reads it
+when it is imported, so a separate process); prints one JSON object: case -> relative error
 (or the error), plus whether the split-K workspace was left zeroed. Used by
 tests/test_moe_split_k_kernel.py. Values are float32 stand-ins for fp8 (the
 interpreter holds no fp8); the kernel and vLLM's launcher for it are the
@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-import moe_kernel_bench as mb  # noqa: E402
+from bench.moe.kernel_source import load_kernel
+from bench.moe.problem import Inputs, Weights, check, reference
 
 SHAPES = {
     "per-tensor": dict(E=8, topk=2, H=256, N=96, block=None),
@@ -34,7 +33,7 @@ CONFIGS = {
 
 
 def main() -> int:
-    kmod, _ = mb.load_kernel(sys.argv[1], "checked")
+    kmod, _ = load_kernel(sys.argv[1], "checked")
     calls = []
     real = kmod._invoke_fused_moe_kernel_split_k
     kmod._invoke_fused_moe_kernel_split_k = lambda *a, **k: calls.append(1) or real(*a, **k)
@@ -42,15 +41,15 @@ def main() -> int:
     out = {"cases": {}}
     for shape, sh in SHAPES.items():
         for M in (1, 9):  # naive assignment (M*top_k*4 <= E) at M=1, aligned at 9
-            inp = mb.Inputs(sh, M, dev, torch.Generator(device=dev).manual_seed(M))
+            inp = Inputs(sh, M, dev, torch.Generator(device=dev).manual_seed(M))
             for i, gemm in enumerate(("w13", "w2")):
-                W = mb.Weights(sh, gemm, 1, dev, seed=i)
-                ref = mb.reference(sh, gemm, inp, W, 0)
+                W = Weights(sh, gemm, 1, dev, seed=i)
+                ref = reference(sh, gemm, inp, W, 0)
                 for name, cfg in CONFIGS.items():
                     for rep in range(2):  # the second launch must find the workspace zeroed again
                         n0 = len(calls)
                         try:
-                            ok, err = mb.check(kmod, sh, gemm, inp, W, cfg, ref)
+                            ok, err = check(kmod, sh, gemm, inp, W, cfg, ref)
                             res = {"ok": ok, "relerr": err}
                         except Exception as ex:  # noqa: BLE001
                             res = {"ok": False, "error": repr(ex)[-300:]}

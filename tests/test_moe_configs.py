@@ -7,15 +7,16 @@ from __future__ import annotations
 import importlib
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
+from bench.moe.configs import entry_str, get_default_config, try_get_config
+from bench.moe.shapes import SHAPES, vllm_warmup_ms
+from serving.moe_configs import config_file_name, gemm_config, get_moe_configs
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
-sys.path.insert(0, str(ROOT / "bench"))
-mb = importlib.import_module("moe_kernel_bench")
 
 NAME_RE = re.compile(
     r"^E=(\d+),N=(\d+),device_name=NVIDIA_H200,dtype=fp8_w8a8(?:,block_shape=\[(\d+),(\d+)\])?\.json$"
@@ -45,7 +46,7 @@ def test_config_file_format(path):
     E, N = int(m.group(1)), int(m.group(2))
     block = [int(m.group(3)), int(m.group(4))] if m.group(3) else None
     # vLLM builds the same name (no spaces in block_shape)
-    assert mb.config_file_name(E, N, block) == path.name
+    assert config_file_name(E, N, block) == path.name
     data = json.loads(path.read_text())
     assert isinstance(data, dict)
     data.pop("triton_version", None)  # vLLM's get_moe_configs drops it too
@@ -59,7 +60,7 @@ def test_config_file_format(path):
         for gemm in ("w13", "w2"):
             sub = entry.get(gemm, {})
             assert set(sub) <= PER_GEMM_KEYS, f"M={k} {gemm}: {sorted(sub)}"
-            cfg = mb.gemm_config(entry, gemm)
+            cfg = gemm_config(entry, gemm)
             _check_gemm_config(f"M={k} {gemm}", cfg, block)
 
 
@@ -88,50 +89,51 @@ def test_config_is_a_target_shape(path):
     m = NAME_RE.match(path.name)
     E, N = int(m.group(1)), int(m.group(2))
     block = [int(m.group(3)), int(m.group(4))] if m.group(3) else None
-    shapes = [s for s in mb.SHAPES.values() if (s["E"], s["N"], s["block"]) == (E, N, block)]
+    shapes = [s for s in SHAPES.values() if (s["E"], s["N"], s["block"]) == (E, N, block)]
     assert shapes, f"{path.name} is no target shape of the harness"
 
 
-@pytest.mark.parametrize("name", sorted(mb.SHAPES))
+@pytest.mark.parametrize("name", sorted(SHAPES))
 def test_harness_lookup(name, tmp_path):
     """The harness's copy of get_moe_configs / try_get_optimal_moe_config finds our
     file first (VLLM_TUNED_CONFIG_FOLDER precedes vLLM's own configs/) and picks
     the nearest key, as vLLM does."""
-    sh = mb.SHAPES[name]
-    fname = mb.config_file_name(sh["E"], sh["N"], sh["block"])
+    sh = SHAPES[name]
+    fname = config_file_name(sh["E"], sh["N"], sh["block"])
     if not (CONFIGS / fname).exists():
         pytest.skip(f"no tuned file for {name} (stock file kept)")
     ours = json.loads((CONFIGS / fname).read_text())
     ours.pop("triton_version", None)
     # a decoy 'stock' folder with a different file of the same name must lose
     (tmp_path / fname).write_text(json.dumps({"1": dict.fromkeys(REQUIRED, 1)}))
-    cfgs, path = mb.get_moe_configs(sh["E"], sh["N"], sh["block"], [str(CONFIGS), str(tmp_path)])
+    cfgs, path = get_moe_configs(sh["E"], sh["N"], sh["block"], [str(CONFIGS), str(tmp_path)])
     assert Path(path).parent == CONFIGS
     assert cfgs == {int(k): v for k, v in ours.items()}
     for M in (1, 3, 5, 20, 100, 700, 5000, 8192):
-        cfg, src = mb.try_get_config(sh, M, [str(CONFIGS)])
+        cfg, src = try_get_config(sh, M, [str(CONFIGS)])
         key = min(cfgs, key=lambda x: abs(x - M))
         assert cfg == cfgs[key] and src.endswith(f"[{key}]")
 
 
 def test_default_config_matches_vllm_rules():
     """Spot checks of the harness's get_default_config against vLLM 0.32's CUDA branch."""
-    d = mb.get_default_config(1, 128, 192, 4096, 8, "fp8_w8a8", None)
+    d = get_default_config(1, 128, 192, 4096, 8, "fp8_w8a8", None)
     assert d == {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1,
                  "num_warps": 4, "num_stages": 4}
-    d = mb.get_default_config(4096, 128, 192, 4096, 8, "fp8_w8a8", None)
+    d = get_default_config(4096, 128, 192, 4096, 8, "fp8_w8a8", None)
     assert d["BLOCK_SIZE_M"] == 128 and d["num_warps"] == 8 and d["GROUP_SIZE_M"] == 1
-    assert mb.get_default_config(4096, 8, 1792, 4096, 2, "fp8_w8a8", None)["GROUP_SIZE_M"] == 16
-    d = mb.get_default_config(4, 256, 256, 7168, 8, "fp8_w8a8", [128, 128])
+    assert get_default_config(4096, 8, 1792, 4096, 2, "fp8_w8a8", None)["GROUP_SIZE_M"] == 16
+    d = get_default_config(4, 256, 256, 7168, 8, "fp8_w8a8", [128, 128])
     assert d["BLOCK_SIZE_N"] == 64 and d["num_stages"] == 4 and d["BLOCK_SIZE_K"] == 128
 
 
 def test_moe_align_block_size_torch():
     torch = pytest.importorskip("torch")
+    from bench.moe.launch import moe_align_block_size_torch
     g = torch.Generator().manual_seed(0)
     for M, E, topk, bm in [(1, 8, 2, 16), (5, 16, 4, 16), (37, 128, 8, 32), (300, 8, 2, 64)]:
         ids = torch.stack([torch.randperm(E, generator=g)[:topk] for _ in range(M)]).to(torch.int32)
-        sorted_ids, expert_ids, ntpp = mb.moe_align_block_size_torch(ids, bm, E)
+        sorted_ids, expert_ids, ntpp = moe_align_block_size_torch(ids, bm, E)
         numel = ids.numel()
         n = int(ntpp.item())
         assert n % bm == 0 and n <= sorted_ids.numel()
@@ -180,11 +182,11 @@ def test_default_config_equals_vllm(monkeypatch):
     except Exception as ex:  # noqa: BLE001
         pytest.skip(f"vLLM not importable here: {ex!r}")
     monkeypatch.setattr(fm.current_platform, "is_rocm", lambda: False)
-    for sh in mb.SHAPES.values():
+    for sh in SHAPES.values():
         for M in list(range(1, 130)) + [255, 256, 511, 512, 513, 1024, 4096, 8192]:
             theirs = dict(fm.get_default_config(M, sh["E"], sh["N"], sh["H"], sh["topk"], "fp8_w8a8", sh["block"]))
             theirs.pop("SPLIT_K", None)
-            assert mb.get_default_config(M, sh["E"], sh["N"], sh["H"], sh["topk"], "fp8_w8a8", sh["block"]) == theirs
+            assert get_default_config(M, sh["E"], sh["N"], sh["H"], sh["topk"], "fp8_w8a8", sh["block"]) == theirs
 
 
 def _patched_vllm_fused_moe():
@@ -204,13 +206,13 @@ def test_vllm_per_gemm_lookup(monkeypatch):
     fm = _patched_vllm_fused_moe()
     _read_configs_from(monkeypatch, fm, CONFIGS)
     seen_split_k = False
-    for name, sh in mb.SHAPES.items():
+    for name, sh in SHAPES.items():
         w1 = (sh["E"], 2 * sh["N"], sh["H"])
         w2 = (sh["E"], sh["H"], sh["N"])
         for M in (1, 2, 3, 24, 100, 5000):
             got13, got2 = fm.try_get_optimal_moe_gemm_configs(w1, w2, sh["topk"], "fp8_w8a8", M, sh["block"])
-            entry, _ = mb.try_get_config(sh, M, [str(CONFIGS), str(Path(fm.__file__).parent / "configs")])
-            assert (got13, got2) == (mb.gemm_config(entry, "w13"), mb.gemm_config(entry, "w2")), (name, M)
+            entry, _ = try_get_config(sh, M, [str(CONFIGS), str(Path(fm.__file__).parent / "configs")])
+            assert (got13, got2) == (gemm_config(entry, "w13"), gemm_config(entry, "w2")), (name, M)
             assert got13["BLOCK_SIZE_M"] == got2["BLOCK_SIZE_M"]
             flat = fm.try_get_optimal_moe_config(w1, w2, sh["topk"], "fp8_w8a8", M, sh["block"])
             assert not {"w13", "w2"} & set(flat), (name, M, flat)
@@ -231,7 +233,7 @@ def test_vllm_rejects_bad_per_gemm_entries(monkeypatch, tmp_path, entry, message
     fm = _patched_vllm_fused_moe()
     base = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1,
             "num_warps": 4, "num_stages": 3}
-    name = mb.config_file_name(128, 192)
+    name = config_file_name(128, 192)
     (tmp_path / name).write_text(json.dumps({"1": base, "8": {**base, **entry}}))
     _read_configs_from(monkeypatch, fm, tmp_path)
     with pytest.raises(ValueError) as ei:
@@ -252,21 +254,21 @@ def test_vllm_warmup_reaches_every_config(monkeypatch):
     _read_configs_from(monkeypatch, fm, CONFIGS)
     monkeypatch.setattr(fm, "_MOE_CONFIG_LOOKUPS", set())
     max_tokens = 8192
-    for sh in mb.SHAPES.values():  # the profile run looks every MoE shape up once
+    for sh in SHAPES.values():  # the profile run looks every MoE shape up once
         fm.try_get_optimal_moe_config((sh["E"], 2 * sh["N"], sh["H"]), (sh["E"], sh["H"], sh["N"]), sh["topk"],
                                       "fp8_w8a8", max_tokens, sh["block"])
-    visited = set(mb.vllm_warmup_ms(max_tokens))
+    visited = set(vllm_warmup_ms(max_tokens))
     extra = fm.moe_warmup_token_counts(max_tokens, visited)
 
     def key(name, sh, m):
-        entry, _ = mb.try_get_config(sh, m, [str(CONFIGS)])
-        return name, mb.entry_str(entry), m * sh["topk"] * 4 <= sh["E"]
+        entry, _ = try_get_config(sh, m, [str(CONFIGS)])
+        return name, entry_str(entry), m * sh["topk"] * 4 <= sh["E"]
 
-    every = {key(n, sh, m) for n, sh in mb.SHAPES.items() for m in range(1, max_tokens + 1)}
-    reached = {key(n, sh, m) for n, sh in mb.SHAPES.items() for m in visited}
+    every = {key(n, sh, m) for n, sh in SHAPES.items() for m in range(1, max_tokens + 1)}
+    reached = {key(n, sh, m) for n, sh in SHAPES.items() for m in visited}
     assert reached != every, "vLLM's own warm-up already reaches every config: nothing to test"
     for m in extra:
-        new = {key(n, sh, m) for n, sh in mb.SHAPES.items()} - reached
+        new = {key(n, sh, m) for n, sh in SHAPES.items()} - reached
         assert new, f"warm-up size {m} reaches no new config"
         reached |= new
     assert reached == every

@@ -3,7 +3,7 @@ it, run by Triton's interpreter on the CPU (tests/moe_split_k_check.py, in its
 own process) against a float32 reference: naive and aligned expert
 assignment, per-tensor and [128,128] block scales, swap-AB forced on, both
 GEMMs, two launches each; the workspace must be left zeroed. The H200 harness
-(bench/moe_kernel_bench.py) runs the same code on the GPU."""
+(bench/moe/) runs the same code on the GPU."""
 from __future__ import annotations
 
 import importlib.util
@@ -26,8 +26,8 @@ def result(tmp_path_factory):
     if "def fused_moe_kernel_split_k(" not in Path(spec.origin).read_text():
         pytest.fail("the installed vLLM lacks patch 0004 (run `python -m serving.patch_series apply`)")
     env = dict(os.environ, TRITON_INTERPRET="1", MOE_BENCH_GEN_DIR=str(tmp_path_factory.mktemp("gen")))
-    r = subprocess.run([sys.executable, str(ROOT / "tests" / "moe_split_k_check.py"), spec.origin],
-                       capture_output=True, text=True, env=env, timeout=600)
+    r = subprocess.run([sys.executable, "-m", "tests.moe_split_k_check", spec.origin],
+                       cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
 

@@ -1,8 +1,7 @@
-#!/usr/bin/env python3
 """Write vLLM-format fused-MoE config JSONs (configs/) from the harness's
 tune results, optionally gated by a bench re-run.
 
-Rules (issue 5):
+Rules:
 * per token count M (vLLM tuner keys) take the tuned best entry only where it
   beat the stock choice (stock tuned file entry or get_default_config) by more
   than --min-gain in the tune run; else keep the stock choice. An entry of a
@@ -20,10 +19,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import moe_kernel_bench as mb  # noqa: E402
+from serving.moe_configs import config_file_name, get_moe_configs
+
+from .configs import cfg_clean, cfg_str, entry_str, try_get_config
+from .shapes import SHAPES, TUNER_MS
 
 
 def load_tune(paths):
@@ -42,7 +42,7 @@ def load_tune(paths):
                            "stock_total": st["w13_cupti_us"] + st["w2_cupti_us"], "timer": "cupti"}
                 else:  # --mode tune (one config for both GEMMs)
                     bt, stt, timer = tune_totals(r)
-                    rec = {"entry": mb.cfg_clean(r["best"]["config"]), "best_total": bt, "stock_total": stt,
+                    rec = {"entry": cfg_clean(r["best"]["config"]), "best_total": bt, "stock_total": stt,
                            "timer": timer}
                 res.setdefault(name, {})[int(m)] = rec
     return res
@@ -88,26 +88,26 @@ def main(argv=None):
     bench = bench_totals(args.bench) if args.bench else {}
     os.makedirs(args.out, exist_ok=True)
     decisions = {}
-    for name, sh in mb.SHAPES.items():
+    for name, sh in SHAPES.items():
         if name not in tune:
             continue
-        stock_cfgs, stock_path = mb.get_moe_configs(sh["E"], sh["N"], sh["block"], [args.stock_configs_dir])
-        keys = sorted(set(mb.TUNER_MS) | set(stock_cfgs or {}))
+        stock_cfgs, stock_path = get_moe_configs(sh["E"], sh["N"], sh["block"], [args.stock_configs_dir])
+        keys = sorted(set(TUNER_MS) | set(stock_cfgs or {}))
         entries, n_ours = {}, 0
         for M in keys:
-            stock_cfg, src = mb.try_get_config(sh, M, [args.stock_configs_dir])
-            stock_cfg = mb.cfg_clean(stock_cfg)
+            stock_cfg, src = try_get_config(sh, M, [args.stock_configs_dir])
+            stock_cfg = cfg_clean(stock_cfg)
             r = tune[name].get(M)
             choice, why = stock_cfg, "stock"
             if r:
                 bt, st, timer = r["best_total"], r["stock_total"], r["timer"]
                 if st == float("inf"):
                     choice, why = r["entry"], "tuned (stock config failed check)"
-                elif bt < st * (1 - args.min_gain) and mb.entry_str(r["entry"]) != mb.cfg_str(stock_cfg):
+                elif bt < st * (1 - args.min_gain) and entry_str(r["entry"]) != cfg_str(stock_cfg):
                     choice, why = r["entry"], f"tuned {bt:.2f} vs {st:.2f}us ({timer})"
             if why != "stock" and bench:
                 b = bench.get((name, M), {})
-                if "ours" in b and "stock" in b and b["ours"][0] in (mb.entry_str(choice), mb.cfg_str(choice)):
+                if "ours" in b and "stock" in b and b["ours"][0] in (entry_str(choice), cfg_str(choice)):
                     if b["ours"][1] < b["stock"][1] * (1 - args.min_gain_rerun):
                         why += f"; re-run {b['ours'][1]:.2f} vs {b['stock'][1]:.2f}us"
                     else:
@@ -118,8 +118,8 @@ def main(argv=None):
             if why != "stock" and not why.startswith("stock"):
                 n_ours += 1
             entries[M] = choice
-            decisions.setdefault(name, {})[M] = {"cfg": mb.entry_str(choice), "why": why, "stock_src": src}
-        fname = mb.config_file_name(sh["E"], sh["N"], sh["block"])
+            decisions.setdefault(name, {})[M] = {"cfg": entry_str(choice), "why": why, "stock_src": src}
+        fname = config_file_name(sh["E"], sh["N"], sh["block"])
         path = os.path.join(args.out, fname)
         if stock_path and n_ours == 0:
             print(f"{name}: stock file kept (no verified gain) -> not written")

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Markdown tables for bench/RESULTS.md from the harness's JSON output
 (bench_*.json, jit_*.json). CUPTI kernel times where recorded, else the
 CUDA-graph per-launch time."""
@@ -7,17 +6,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import moe_kernel_bench as mb  # noqa: E402
+from serving.moe_configs import config_file_name, get_moe_configs, nearest_config
+
+from .configs import entry_str
+from .shapes import SHAPES, TP8_SHAPES, gemm_dims
 
 
-FP8_PEAK = 1.3e15  # FLOP/s: torch._scaled_mm 8192^3 on this H200 (shared/CONTEXT.md), not re-measured per run
+FP8_PEAK = 1.3e15  # FLOP/s: torch._scaled_mm 8192^3 measured once on the H200, not per run
 
 
 def compute_floor_us(sh, M, gemm):
-    nout, k = mb.gemm_dims(sh, gemm)
+    nout, k = gemm_dims(sh, gemm)
     return 2.0 * M * sh["topk"] * nout * k / FP8_PEAK * 1e6
 
 
@@ -37,16 +37,16 @@ def bench_tables(path, configs_dir):
     out = [f"Copy bandwidth measured in this run: {d['bw'] / 1e12:.2f} TB/s (read + write). Times are CUPTI "
            "kernel durations in µs (median of the launches of 3 graph replays, min of 2 interleaved rounds). "
            "`mem floor` = (fp8 bytes of the experts the routed tokens touch + fp8 activations + bf16 outputs) / "
-           "copy bandwidth; `frac` = mem floor / time (the issue's measure); `roofline frac` = max(mem floor, "
+           "copy bandwidth; `frac` = mem floor / time (the goal's measure); `roofline frac` = max(mem floor, "
            "FLOPs / 1300 TFLOP/s fp8) / time, which matters from M ~ 1024 on, where the GEMMs turn compute-bound. "
            "Entries: `w13 <config> / w2 <config>` for a per-GEMM entry (patch 0003), `k4` = SPLIT_K 4 (patch "
            "0004), `x0` = swap-AB forced off. 'shipped' = the entry in `configs/`: the benched one where the "
            "re-run kept it, else stock.\n"]
     summary = {}
     for shape, per_m in by.items():
-        sh = mb.SHAPES[shape]
-        fname = mb.config_file_name(sh["E"], sh["N"], sh["block"])
-        shipped_cfgs, _ = mb.get_moe_configs(sh["E"], sh["N"], sh["block"], [configs_dir])
+        sh = SHAPES[shape]
+        fname = config_file_name(sh["E"], sh["N"], sh["block"])
+        shipped_cfgs, _ = get_moe_configs(sh["E"], sh["N"], sh["block"], [configs_dir])
         out.append(f"\n#### {shape}: E={sh['E']}, top-{sh['topk']}, hidden {sh['H']}, N={sh['N']}"
                    f"{', block ' + str(sh['block']) if sh['block'] else ''} (file `{fname}`)\n")
         out.append("| M | stock config (source) | stock w13 / w2 = sum | benched entry | benched w13 / w2 = sum | "
@@ -67,8 +67,8 @@ def bench_tables(path, configs_dir):
                 o_s = f"{o13:.1f} / {o2:.1f} = {o13 + o2:.1f}"
                 ratio_s = f"{(o13 + o2) / (s13 + s2):.3f}"
                 if shipped_cfgs:
-                    _, shipped_entry = mb.nearest_config(shipped_cfgs, M)
-                    if mb.entry_str(shipped_entry) == o_entry and o_entry != st["w13"]["cfg"]:
+                    _, shipped_entry = nearest_config(shipped_cfgs, M)
+                    if entry_str(shipped_entry) == o_entry and o_entry != st["w13"]["cfg"]:
                         ship13, ship2, shipped = o13, o2, "benched"
                 o_entry = "= stock" if o_entry == st["w13"]["cfg"] else f"`{o_entry}`"
             src = st["w13"]["src"].replace("file:configs", "stock file")
@@ -85,7 +85,7 @@ def goals(summary):
            "| shape | M=1 step stock → shipped (ratio; goal ≤ 0.75) | M≥16 GEMMs at ≥ 0.90 of mem floor (shipped) | "
            "same, roofline floor | min frac w13 / w2 at M≥16 (mem floor) | w13 frac range 16≤M≤512 | w2 frac range 16≤M≤512 |",
            "|---|---|---|---|---|---|---|"]
-    for shape in mb.TP8_SHAPES:
+    for shape in TP8_SHAPES:
         s = summary.get(shape)
         if not s:
             continue
@@ -150,7 +150,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--bench", required=True)
     ap.add_argument("--jit", nargs="+", required=True)
-    ap.add_argument("--configs-dir", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs"))
+    ap.add_argument("--configs-dir", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                                          "configs"), help="the shipped configs (default: configs/)")
     args = ap.parse_args(argv)
     t, summary = bench_tables(args.bench, args.configs_dir)
     print(t)
