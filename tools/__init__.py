@@ -1,2 +1,2 @@
-"""Developer tools: the image build helper (Makefile, Dockerfile comments, make image-test) and the
-launcher start/stop helper (tests, bench). Run them from the repository root: `python3 -m tools.image_build`."""
+"""Developer tools, run from the repository root (e.g. `python3 -m tools.image_build patches`); none of
+them is part of the image. The tests and bench/ import launcher_process from here."""
