@@ -1,0 +1,67 @@
+"""The H200 fused-MoE harness (bench/moe/) where it runs on the CPU: its command line, and the
+files it made reproduced from the raw runs in bench/data/ with the commands bench/RESULTS.md
+gives (configs/ by make_configs, RESULTS.md's kernel tables by report)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.moe.cli import build_parser
+from bench.moe.modes import MODES
+from bench.moe.shapes import TP8_SHAPES, TUNER_MS
+from serving.patch_series import installed_vllm_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "bench" / "data"
+CONFIGS = ROOT / "configs"
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("command", [["bench/moe_kernel_bench.py"], ["-m", "bench.moe"]], ids=["script", "module"])
+def test_help_names_every_mode(command):
+    r = run(*command, "--help")
+    assert r.returncode == 0, r.stderr
+    mode_help = " ".join(r.stdout.split("\n  --mode MODE", 1)[1].split("\n  --shapes", 1)[0].split())
+    assert [name for name in MODES if f"{name} (" in mode_help] == list(MODES) == [
+        "smoke", "jit", "tune", "gtune", "probe", "bench"]
+
+
+def test_options_are_parsed_into_values():
+    o = build_parser().parse_args(["--fused-moe-py", "f.py", "--shapes", "a,,b", "--ms", "1,16,",
+                                   "--tune-plan", "x:small;y:3,5", "--jit-ss-ms", "2"])
+    assert o.shapes == ["a", "b"] and o.ms == [1, 16] and o.jit_ss_ms == [2]
+    assert o.tune_plan == [("x", [m for m in TUNER_MS if m <= 64]), ("y", [3, 5])]
+    d = build_parser().parse_args(["--fused-moe-py", "f.py"])
+    assert d.ms == TUNER_MS and d.stock_configs_dir is None
+    assert d.tune_plan == [(s, [m for m in TUNER_MS if m <= 64]) for s in TP8_SHAPES]
+
+
+def test_shipped_configs_reproduce_from_the_raw_runs(tmp_path):
+    vllm_dir = installed_vllm_dir()
+    assert vllm_dir is not None, "vLLM is not installed (make venv): its own configs/ are the stock choice"
+    stock = vllm_dir / "model_executor" / "layers" / "fused_moe" / "configs"
+    r = run("-m", "bench.moe.make_configs", "--tune", str(DATA / "tune_t3.json"), str(DATA / "tune_t4.json"),
+            str(DATA / "gtune_g1.json"), "--bench", str(DATA / "bench_b5.json"), "--stock-configs-dir", str(stock),
+            "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    shipped = sorted(p.name for p in CONFIGS.glob("*.json"))
+    assert sorted(p.name for p in tmp_path.glob("*.json")) == shipped
+    for name in shipped:
+        assert (tmp_path / name).read_bytes() == (CONFIGS / name).read_bytes(), name
+
+
+def test_results_tables_are_the_report_of_the_raw_runs():
+    r = run("-m", "bench.moe.report", "--bench", str(DATA / "bench_b5.json"),
+            "--jit", str(DATA / "jit_j5q.json"), str(DATA / "jit_j5d.json"))
+    assert r.returncode == 0, r.stderr
+    rows = [line for line in r.stdout.splitlines() if line.startswith("|")]
+    assert len(rows) > 100
+    results = set((ROOT / "bench" / "RESULTS.md").read_text().splitlines())
+    missing = [row for row in rows if row not in results]
+    assert not missing, f"bench/RESULTS.md lacks {len(missing)} table rows of the report, e.g. {missing[0]}"
