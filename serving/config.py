@@ -19,9 +19,9 @@ from .settings import (BY_ENV, BY_FLAG, BY_KEY, TABLE, Context, Level, Setting, 
 
 PROPERTIES_FILE = "serving.properties"
 # Top-level (non-option) serving.properties keys LMI users write; read as the option of the same name.
-TOP_LEVEL_KEYS = ("engine",)
-# LMI keys that ask for this container's own behaviour: the values it can honour.
-ALLOWED = {"rolling_batch": ("vllm", "auto"), "engine": ("python",)}
+TOP_LEVEL_KEYS = frozenset(k for s in TABLE.values() if s.top_level for k in s.option_keys)
+# LMI writes its model-server settings as SERVING_<KEY>; those the table does not declare have no effect here.
+LMI_SERVER_PREFIX = "SERVING_"
 
 
 class ConfigError(Exception):
@@ -72,6 +72,7 @@ class Resolved:
 class Resolution:
     settings: Settings                 # typed values of the declared settings
     entries: Mapping[str, Resolved]    # every effective setting (declared and pass-through), with its source
+    notes: tuple[str, ...] = ()        # one line for each name accepted that has no effect here
 
 
 def location(key: str, env: Mapping[str, str] = os.environ) -> Path:
@@ -130,6 +131,11 @@ def env_candidates(env: Mapping[str, str]) -> list[tuple[str, str, str]]:
     return out
 
 
+def unknown_server_names(env: Mapping[str, str]) -> list[str]:
+    """SERVING_<KEY> names the table does not declare: LMI model-server settings this container lacks."""
+    return sorted(n for n in env if n.startswith(LMI_SERVER_PREFIX) and n not in BY_ENV)
+
+
 class Sources:
     """Every candidate value from the table's defaults, serving.properties and the environment."""
 
@@ -143,6 +149,8 @@ class Sources:
             self._add(Level.FILE, key, key, raw, src)
         for key, raw, name in env_candidates(env):
             self._add(Level.ENV, key, name, raw, f"env {name}")
+        self.notes = [f"env {n}: no effect here (an LMI model-server setting this container does not have)"
+                      for n in unknown_server_names(env)]
 
     def _setting(self, key: str) -> Setting | None:
         s = BY_KEY.get(key)
@@ -174,7 +182,9 @@ class Sources:
             losers = tuple(c for c in cs[1:] if c.rank[0] != Level.CONTEXT)
             entries[key] = self._pick(key, cs[0], losers, ctx)
         values = {k: r.value for k, r in entries.items() if k in TABLE}
-        return Resolution(Settings(**values), MappingProxyType(entries))
+        notes = [f"{r.key}={r.shown()} from {r.source}: no effect here: {r.setting.no_effect}"
+                 for r in entries.values() if r.setting is not None and r.setting.no_effect]
+        return Resolution(Settings(**values), MappingProxyType(entries), tuple(notes + self.notes))
 
     def resolve_one(self, key: str, ctx: Context = Context()) -> Resolved | None:
         """One declared setting on its own (no vLLM arguments needed), or None when nothing sets it."""
@@ -190,9 +200,9 @@ class Sources:
                     value = setting.contextual(value, ctx)
             except SettingValueError as e:
                 raise ConfigError(key, win.source, str(e)) from None
-            if key in ALLOWED and str(value).lower() not in ALLOWED[key]:
+            if setting.choices and str(value).lower() not in setting.choices:
                 raise ConfigError(key, win.source, f"{value!r} is not supported here; allowed: "
-                                  f"{', '.join(ALLOWED[key])} (this container always runs vLLM)")
+                                  f"{', '.join(setting.choices)} ({setting.instead})")
             return Resolved(key, win.raw, value, win.source, setting=setting, flag=setting.flag, overridden=losers)
         if self.vllm_args is None:
             raise ConfigError(key, win.source, "not a declared setting (vLLM arguments were not loaded)")

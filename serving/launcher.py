@@ -100,15 +100,29 @@ def _model(res: cfg.Resolution) -> tuple[str, str, str | None]:
     return "hub", mid, None
 
 
-def context_defaults(kind: str, user: cfg.Resolution) -> list[cfg.ContextDefault]:
-    """Defaults that depend on the build and the model: the embedded tiny model's context length, and
-    on the CPU build a fixed KV cache unless the user sized the memory themselves."""
+def context_defaults(kind: str, user: cfg.Resolution, env: Mapping[str, str],
+                     cpu_build: bool) -> list[cfg.ContextDefault]:
+    """Defaults that depend on the build, the machine and the model: tensor parallelism over every
+    visible GPU (as LMI and TGI do), the embedded tiny model's context length, and on the CPU build a
+    fixed KV cache unless the user sized the memory themselves."""
     out = []
+    if "tensor_parallel_size" not in user.entries:
+        out.append(tp_default(env, cpu_build))
     if kind == "embedded":
         out += [cfg.ContextDefault(k, v, "embedded tiny model") for k, v in TINY_MODEL_DEFAULTS.items()]
-    if is_cpu_build() and not any(k in user.entries for k in ("gpu_memory_utilization", "kv_cache_memory_bytes")):
+    if cpu_build and not any(k in user.entries for k in ("gpu_memory_utilization", "kv_cache_memory_bytes")):
         out += [cfg.ContextDefault(k, v, "CPU build") for k, v in CPU_DEFAULTS.items()]
     return out
+
+
+def tp_default(env: Mapping[str, str], cpu_build: bool) -> cfg.ContextDefault:
+    if cpu_build:
+        return cfg.ContextDefault("tensor_parallel_size", "1", "CPU build: 1")
+    n = visible_gpus(env)
+    if n < 1:
+        return cfg.ContextDefault("tensor_parallel_size", "1", "no GPU visible: 1")
+    how = "CUDA_VISIBLE_DEVICES" if env.get("CUDA_VISIBLE_DEVICES") is not None else "torch.cuda.device_count()"
+    return cfg.ContextDefault("tensor_parallel_size", str(n), f"every visible GPU: {n}, counted by {how}")
 
 
 def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
@@ -120,9 +134,9 @@ def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
     ctx = Context(gpus=lambda: visible_gpus(env))
     user = sources.resolve(ctx)
     kind, model_path, s3_url = _model(user)
-    res = sources.resolve(ctx, context_defaults(kind, user))
+    res = sources.resolve(ctx, context_defaults(kind, user, env, is_cpu_build()))
     s = res.settings
-    notes: list[str] = []
+    notes: list[str] = list(res.notes)
 
     tp = res.entries.get("tensor_parallel_size")
     if tp is not None and tp.raw.strip().lower() == "max":
@@ -156,7 +170,7 @@ def report(p: Plan) -> list[str]:
     for key, r in sorted(p.resolved.items()):
         if r.setting is not None and r.setting.location:
             continue  # shown by the model line and the env lines
-        where = "vLLM " + r.flag if r.flag else "launcher"
+        where = "vLLM " + r.flag if r.flag else "no effect" if r.setting and r.setting.no_effect else "launcher"
         lines.append(f"setting {key}={r.shown()}  [{r.source}; {where}]")
         for lost in r.overridden:
             shown = "****" if r.secret else lost.raw

@@ -56,6 +56,18 @@ def parse_path(raw: str) -> Path:
     return Path(raw.strip()).expanduser()
 
 
+# LMI's and TGI's dtype names -> vLLM's.
+DTYPE_ALIASES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
+
+
+def parse_dtype(raw: str) -> str:
+    v = raw.strip().lower()
+    if v == "int8":
+        raise SettingValueError("'int8' is lmi-dist's weight quantization; use option.quantize (e.g. fp8) with "
+                                "dtype auto, bf16 or fp16")
+    return DTYPE_ALIASES.get(v, raw.strip())
+
+
 def parse_tp(raw: str) -> int | str:
     """Tensor parallel degree: a positive integer, or `max` for every visible GPU."""
     v = raw.strip().lower()
@@ -87,6 +99,13 @@ class Setting:
     location: bool = False
     # Turns a parsed value that depends on the machine (tensor_parallel_size=max) into the value used.
     contextual: Callable[[object, "Context"], object] | None = None
+    # Accepted from LMI/TGI/SageMaker but nothing to do here: why, logged once at start.
+    no_effect: str = ""
+    # The only values this container can honour (compared lower-case); any other stops the start
+    # with `instead` saying what to use.
+    choices: tuple[str, ...] = ()
+    instead: str = ""
+    top_level: bool = False  # serving.properties writes it without "option." (LMI's model-server keys)
 
     @property
     def option_keys(self) -> tuple[str, ...]:
@@ -156,24 +175,29 @@ def sm_vllm_name(flag: str) -> str:
 SETTINGS: tuple[Setting, ...] = (
     Setting("model_id", "Model to serve: hub id, local folder, or s3://bucket/prefix/ (downloaded before start). "
             "Unset: the model in the model directory, else the embedded tiny model.",
-            flag="--model", env=("HF_MODEL_ID",), example="Qwen/Qwen3-235B-A22B-FP8"),
+            flag="--model", env=("MODEL_ID", "HF_MODEL_ID"), example="Qwen/Qwen3-235B-A22B-FP8"),
     Setting("revision", "Model revision (branch, tag or commit) for a hub id.",
-            flag="--revision", env=("HF_MODEL_REVISION",)),
-    Setting("tensor_parallel_size", "Tensor parallel degree; `max` uses every visible GPU.",
+            flag="--revision", env=("REVISION", "HF_MODEL_REVISION", "HF_REVISION")),
+    Setting("tensor_parallel_size", "Tensor parallel degree; `max` uses every visible GPU. Unset: every visible "
+            "GPU (1 on the CPU build or with no GPU).",
             parse=parse_tp, flag="--tensor-parallel-size", aliases=("tensor_parallel_degree",),
-            env=("SM_NUM_GPUS",), example="max", contextual=expand_tp),
+            env=("NUM_SHARD", "SM_NUM_GPUS", "TENSOR_PARALLEL_DEGREE"), example="max", contextual=expand_tp),
     Setting("max_num_seqs", "Most sequences batched at once (LMI: max_rolling_batch_size).",
             parse=parse_int, flag="--max-num-seqs", aliases=("max_rolling_batch_size",), env=("MAX_BATCH_SIZE",)),
     Setting("max_num_batched_tokens", "Most tokens in one engine step (LMI: max_rolling_batch_prefill_tokens).",
             parse=parse_int, flag="--max-num-batched-tokens", aliases=("max_rolling_batch_prefill_tokens",),
             env=("MAX_BATCH_PREFILL_TOKENS",)),
     Setting("quantization", "Quantization method, e.g. fp8 (LMI: quantize).",
-            flag="--quantization", aliases=("quantize",), env=("HF_MODEL_QUANTIZE",)),
+            flag="--quantization", aliases=("quantize",), env=("QUANTIZE", "HF_MODEL_QUANTIZE")),
     Setting("trust_remote_code", "Run the model repository's own Python code.",
-            parse=parse_bool, flag="--trust-remote-code", env=("HF_MODEL_TRUST_REMOTE_CODE",)),
-    Setting("max_model_len", "Context length (prompt + output).", parse=parse_int, flag="--max-model-len"),
-    Setting("dtype", "Weight and activation dtype (auto, bfloat16, float16, ...).", flag="--dtype"),
-    Setting("gpu_memory_utilization", "Share of GPU memory vLLM may use.", flag="--gpu-memory-utilization"),
+            parse=parse_bool, flag="--trust-remote-code",
+            env=("TRUST_REMOTE_CODE", "HF_TRUST_REMOTE_CODE", "HF_MODEL_TRUST_REMOTE_CODE")),
+    Setting("max_model_len", "Context length (prompt + output; TGI: MAX_TOTAL_TOKENS).", parse=parse_int,
+            flag="--max-model-len", env=("MAX_TOTAL_TOKENS",)),
+    Setting("dtype", "Weight and activation dtype (auto, bfloat16, float16, ...; LMI's bf16, fp16, fp32 too).",
+            parse=parse_dtype, flag="--dtype", env=("DTYPE",)),
+    Setting("gpu_memory_utilization", "Share of GPU memory vLLM may use (TGI: CUDA_MEMORY_FRACTION).",
+            flag="--gpu-memory-utilization", env=("CUDA_MEMORY_FRACTION",)),
     Setting("enable_expert_parallel", "Expert parallelism for MoE layers.",
             parse=parse_bool, flag="--enable-expert-parallel"),
     Setting("moe_backend", "Force the MoE kernel backend (e.g. triton, flashinfer_cutlass); "
@@ -188,7 +212,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("port", "HTTP port.", parse=parse_positive_int, default=8080, flag="--port", env=("SAGEMAKER_BIND_TO_PORT",)),
     Setting("host", "Address to listen on.", default="0.0.0.0", flag="--host"),
     Setting("max_request_bytes", "Largest request body /invocations accepts (413 beyond it); SageMaker's real-time "
-            "payload limit is 6 MiB.", parse=parse_positive_int, default=6 * 1024 * 1024, env=("SERVING_MAX_REQUEST_BYTES",),
+            "payload limit is 6 MiB.", parse=parse_positive_int, default=6 * 1024 * 1024,
+            env=("SAGEMAKER_MAX_REQUEST_SIZE", "SERVING_MAX_REQUEST_BYTES"),
             engine_env="SERVING_MAX_REQUEST_BYTES"),
     Setting("hf_token", "Hub token for gated models; passed to vLLM in the environment, never printed.",
             env=("HUGGING_FACE_HUB_TOKEN", "HF_TOKEN"), secret=True, engine_env="HF_TOKEN"),
@@ -196,9 +221,74 @@ SETTINGS: tuple[Setting, ...] = (
             "guards); passed in the environment, never printed.",
             secret=True, engine_env="VLLM_API_KEY"),
     Setting("engine", "LMI's engine; this container runs vLLM in Python (accepted: Python). serving.properties may "
-            "write it top-level (engine=Python).", parse=parse_str),
-    Setting("rolling_batch", "LMI's batching engine; this container always runs vLLM (accepted: vllm, auto).",
-            parse=parse_str),
+            "write it top-level (engine=Python).", top_level=True, choices=("python",),
+            instead="this container runs vLLM in one Python process: engine=Python (LMI's MPI engine is for lmi-dist "
+                    "and TensorRT-LLM)", no_effect="the engine is always vLLM's, in Python"),
+    Setting("rolling_batch", "LMI's batching engine; this container always runs vLLM (accepted: vllm, auto, disable).",
+            choices=("vllm", "auto", "disable"),
+            instead="this container always runs vLLM: use vllm, or leave it unset",
+            no_effect="the engine is always vLLM, batching continuously"),
+    # -- names LMI, the SageMaker SDK and TGI write that have no effect here (accepted, one log line each) --
+    Setting("model_loading_timeout", "LMI's model-loading timeout.", env=("SAGEMAKER_STARTUP_TIMEOUT",),
+            no_effect="the engine loads without a timeout of its own; SageMaker bounds the start with the endpoint's "
+                      "ContainerStartupHealthCheckTimeoutInSeconds (set that at least this high)"),
+    Setting("predict_timeout", "LMI's per-request timeout.", env=("SAGEMAKER_MODEL_SERVER_TIMEOUT_SECONDS",),
+            no_effect="a request runs until it finishes or its client goes away (SageMaker's own invocation timeout "
+                      "applies)"),
+    Setting("min_workers", "LMI's model-server worker count.", aliases=("minWorkers",), top_level=True,
+            env=("SAGEMAKER_MODEL_SERVER_WORKERS", "SAGEMAKER_NUM_MODEL_WORKERS", "SERVING_MIN_WORKERS"),
+            no_effect="one vLLM engine serves the model on tensor_parallel_size GPUs; there are no worker copies"),
+    Setting("max_workers", "LMI's model-server worker count.", aliases=("maxWorkers",), top_level=True,
+            env=("SERVING_MAX_WORKERS",),
+            no_effect="one vLLM engine serves the model on tensor_parallel_size GPUs; there are no worker copies"),
+    Setting("job_queue_size", "LMI's request queue length (LMI: MAX_CONCURRENT_REQUESTS).", top_level=True,
+            env=("MAX_CONCURRENT_REQUESTS", "SERVING_JOB_QUEUE_SIZE"),
+            no_effect="vLLM's scheduler queues every request beyond max_num_seqs; there is no separate queue limit"),
+    Setting("batch_size", "DJL's dynamic batch size.", top_level=True, env=("SERVING_BATCH_SIZE",),
+            no_effect="vLLM batches continuously (max_num_seqs), not in DJL's fixed batches"),
+    Setting("max_batch_delay", "DJL's dynamic batching delay.", top_level=True, env=("SERVING_MAX_BATCH_DELAY",),
+            no_effect="vLLM batches continuously (max_num_seqs), not in DJL's fixed batches"),
+    Setting("parallel_loading", "LMI's parallel loading of model copies.",
+            no_effect="one engine, one copy of the model: nothing to load in parallel"),
+    Setting("async_mode", "LMI's async vLLM handler.", no_effect="vLLM's async engine is always used"),
+    Setting("entrypoint", "LMI's inference handler.", aliases=("entryPoint",),
+            choices=("djl_python.lmi_vllm.vllm_async_service", "djl_python.huggingface", "djl_python.vllm"),
+            instead="custom handlers (model.py) are not supported; this container serves vLLM with LMI's request "
+                    "schema: leave option.entryPoint unset",
+            no_effect="the built-in vLLM handler is always used"),
+    Setting("enable_streaming", "LMI's streaming switch (old releases).",
+            no_effect="streaming is chosen per request (\"stream\": true)"),
+    Setting("output_formatter", "LMI's stream format for OpenAI bodies on /invocations: json (vLLM's server-sent "
+            "events) or jsonlines (LMI: one chunk object a line, no `data:`). LMI bodies always stream jsonlines "
+            "(TGI's events with tgi_compat).", choices=("json", "jsonlines"), default="json",
+            instead="custom output formatters are not supported", engine_env="LMI_OUTPUT_FORMATTER"),
+    Setting("tgi_compat", "true: TGI's answer shapes for LMI bodies (a list of generated_text objects, `data:` "
+            "server-sent events when streaming), so Hugging Face clients read them.", parse=parse_bool,
+            default=False, engine_env="LMI_TGI_COMPAT"),
+    Setting("fail_fast", "DJL's exit-on-failure switch.", top_level=True, env=("SERVING_FAIL_FAST",),
+            no_effect="the container always exits when the engine dies (exit code 4)"),
+    Setting("task", "The model's task (HF_TASK).", env=("HF_TASK",), choices=("text-generation",),
+            instead="this container serves text generation only",
+            no_effect="text generation is what the container serves"),
+    Setting("load_models", "DJL's model list.", env=("SERVING_LOAD_MODELS",),
+            no_effect="the model comes from model_id or the model directory"),
+    Setting("paged_attention", "LMI's paged-attention switch (old releases).",
+            no_effect="vLLM always uses paged attention"),
+    Setting("max_input_tokens", "TGI's largest prompt (MAX_INPUT_TOKENS, MAX_INPUT_LENGTH).",
+            env=("MAX_INPUT_LENGTH", "MAX_INPUT_TOKENS"),
+            no_effect="vLLM refuses a prompt when prompt + max_new_tokens exceeds max_model_len (TGI: "
+                      "MAX_TOTAL_TOKENS); set that instead"),
+    Setting("max_batch_total_tokens", "TGI's token budget of a batch.", env=("MAX_BATCH_TOTAL_TOKENS",),
+            no_effect="vLLM sizes its KV cache from gpu_memory_utilization (TGI: CUDA_MEMORY_FRACTION)"),
+    Setting("max_best_of", "TGI's request limit.", env=("MAX_BEST_OF",), no_effect="vLLM checks requests itself"),
+    Setting("max_stop_sequences", "TGI's request limit.", env=("MAX_STOP_SEQUENCES",),
+            no_effect="vLLM checks requests itself"),
+    Setting("max_top_n_tokens", "TGI's request limit.", env=("MAX_TOP_N_TOKENS",),
+            no_effect="vLLM checks requests itself (max_logprobs)"),
+    Setting("messages_api_enabled", "TGI's chat switch.", env=("MESSAGES_API_ENABLED",),
+            no_effect="chat bodies (messages) are always accepted on /invocations"),
+    Setting("sharded", "TGI's sharding switch.", env=("SHARDED",),
+            no_effect="tensor_parallel_size decides how the model is split"),
     Setting("download_dir", "Where an s3:// model is downloaded (default: a folder under the cache directory).",
             env=("SERVING_DOWNLOAD_DIR",)),
     Setting("model_dir", "The model directory: serving.properties, and the model itself when it holds config.json.",
@@ -211,6 +301,11 @@ SETTINGS: tuple[Setting, ...] = (
             default_text="configs/ beside serving/", env=("LMI_CONFIGS_DIR",), location=True),
     Setting("python", "The Python entrypoint.sh starts the launcher with (default: the project's .venv, else "
             "python3); read by entrypoint.sh itself.", env=("SERVING_PYTHON",), location=True),
+    Setting("cuda_compat_dir", "CUDA's forward-compatibility libraries, put first on the library path when the host "
+            "driver is older than theirs; read by entrypoint.sh itself.", parse=parse_path,
+            default=Path("/usr/local/cuda/compat"), env=("SERVING_CUDA_COMPAT_DIR",), location=True),
+    Setting("driver_version_file", "Where entrypoint.sh reads the host's NVIDIA driver version.", parse=parse_path,
+            default=Path("/proc/driver/nvidia/version"), env=("SERVING_DRIVER_VERSION_FILE",), location=True),
 )
 
 TABLE: dict[str, Setting] = {s.key: s for s in SETTINGS}
@@ -286,7 +381,12 @@ def markdown_table() -> str:
     for s in SETTINGS:
         keys = ", ".join(f"`option.{k}`" for k in s.option_keys) or "(environment only)"
         envs = ", ".join(f"`{e}`" for e in s.env_names)
-        flag = f"`{s.flag}`" if s.flag else "(launcher)"
+        flag = f"`{s.flag}`" if s.flag else "no effect" if s.no_effect else "(launcher)"
         default = f"`{s.default_text or s.default}`" if s.default is not None else ""
-        rows.append(f"| {keys} | {envs} | {flag} | {default} | {s.help} |")
+        meaning = s.help
+        if s.choices:
+            meaning += f" Accepted: {', '.join(s.choices)}; anything else stops the start ({s.instead})."
+        if s.no_effect:
+            meaning += f" No effect here: {s.no_effect}."
+        rows.append(f"| {keys} | {envs} | {flag} | {default} | {meaning} |")
     return "\n".join(rows)

@@ -269,9 +269,9 @@ def test_precedence_levels_and_names(va, model_dir):
     p = plan(va, model_dir, props="option.max_model_len=1024\n")
     assert (p.settings.max_model_len, p.resolved["max_model_len"].source) == (1024, f"{model_dir}/serving.properties:1")
     assert plan(va, model_dir, {"SM_VLLM_MAX_MODEL_LEN": "512"}).settings.max_model_len == 512
-    # Within the environment: OPTION_<KEY> > OPTION_<ALIAS> > SM_VLLM_<FLAG> > the TGI name.
-    env = {"SM_NUM_GPUS": "1", "SM_VLLM_TENSOR_PARALLEL_SIZE": "2", "OPTION_TENSOR_PARALLEL_DEGREE": "3",
-           "OPTION_TENSOR_PARALLEL_SIZE": "4"}
+    # Within the environment: OPTION_<KEY> > OPTION_<ALIAS> > SM_VLLM_<FLAG> > the other conventions' names.
+    env = {"NUM_SHARD": "1", "SM_NUM_GPUS": "1", "TENSOR_PARALLEL_DEGREE": "1", "SM_VLLM_TENSOR_PARALLEL_SIZE": "2",
+           "OPTION_TENSOR_PARALLEL_DEGREE": "3", "OPTION_TENSOR_PARALLEL_SIZE": "4"}
     order = []
     while env:
         p = plan(va, model_dir, env)
@@ -279,7 +279,7 @@ def test_precedence_levels_and_names(va, model_dir):
         order.append(won)
         env.pop(won)
     assert order == ["OPTION_TENSOR_PARALLEL_SIZE", "OPTION_TENSOR_PARALLEL_DEGREE", "SM_VLLM_TENSOR_PARALLEL_SIZE",
-                     "SM_NUM_GPUS"]
+                     "TENSOR_PARALLEL_DEGREE", "SM_NUM_GPUS", "NUM_SHARD"]
     assert order == list(cfg.TABLE["tensor_parallel_size"].env_names), "the table lists names strongest first"
 
 
@@ -424,3 +424,127 @@ def launcher_free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+# -- what LMI's docs, the SageMaker SDK and TGI write: mapped, accepted with a reason, or refused --
+
+# sagemaker.djl_inference.DJLModel with every argument set (its _configure_environment_variables),
+# plus the LMI vLLM guide's quick-start and async-mode names.
+LMI_SDK_ENV = {
+    "HF_MODEL_ID": "org/model", "OPTION_ENGINE": "Python", "HF_TASK": "text-generation",
+    "TENSOR_PARALLEL_DEGREE": "max", "CUDA_VISIBLE_DEVICES": "0,1,2,3", "SERVING_MIN_WORKERS": "1",
+    "SERVING_MAX_WORKERS": "1", "SERVING_JOB_QUEUE_SIZE": "12", "OPTION_PARALLEL_LOADING": "True",
+    "OPTION_MODEL_LOADING_TIMEOUT": "1800", "OPTION_PREDICT_TIMEOUT": "60", "HF_TOKEN": "hf_x",
+    "OPTION_DTYPE": "fp16", "OPTION_ROLLING_BATCH": "disable", "OPTION_ASYNC_MODE": "true",
+    "OPTION_ENTRYPOINT": "djl_python.lmi_vllm.vllm_async_service", "SERVING_FAIL_FAST": "true",
+    "OPTION_MAX_ROLLING_BATCH_SIZE": "64", "MAX_CONCURRENT_REQUESTS": "128", "HF_REVISION": "main",
+    "HF_MODEL_TRUST_REMOTE_CODE": "true", "OPTION_ENABLE_STREAMING": "true", "SERVING_LOAD_MODELS":
+    "test::Python=/opt/ml/model", "OPTION_OUTPUT_FORMATTER": "json",
+}
+# The SDK's HF LLM (TGI) path and TGI's own launcher names.
+TGI_ENV = {
+    "HF_MODEL_ID": "org/model", "SM_NUM_GPUS": "2", "MAX_INPUT_LENGTH": "1024", "MAX_TOTAL_TOKENS": "2048",
+    "MAX_BATCH_PREFILL_TOKENS": "4096", "MAX_BATCH_TOTAL_TOKENS": "8192", "HUGGING_FACE_HUB_TOKEN": "hf_x",
+    "HF_MODEL_QUANTIZE": "fp8", "MESSAGES_API_ENABLED": "true", "CUDA_MEMORY_FRACTION": "0.8", "DTYPE": "bfloat16",
+    "HF_MODEL_REVISION": "main", "MAX_CONCURRENT_REQUESTS": "128", "MAX_BEST_OF": "2", "MAX_STOP_SEQUENCES": "4",
+    "MAX_TOP_N_TOKENS": "5", "SHARDED": "true", "MAX_BATCH_SIZE": "32",
+}
+
+
+def test_lmi_and_sdk_environment_starts_with_the_meaning_intended(va, model_dir):
+    p = plan(va, model_dir, LMI_SDK_ENV)
+    assert argv_value(p, "--model") == "org/model" and argv_value(p, "--revision") == "main"
+    assert argv_value(p, "--tensor-parallel-size") == "4" and argv_value(p, "--dtype") == "float16"
+    assert argv_value(p, "--max-num-seqs") == "64" and "--trust-remote-code" in p.argv
+    notes = [n for n in launcher.report(p) if "no effect here" in n]
+    for key in ("model_loading_timeout", "predict_timeout", "min_workers", "max_workers", "job_queue_size",
+                "parallel_loading", "task", "engine", "rolling_batch", "async_mode", "entrypoint", "fail_fast",
+                "enable_streaming", "load_models"):
+        assert sum(n.startswith(f"{key}=") for n in notes) == 1, (key, notes)
+    assert "job_queue_size=12 from env SERVING_JOB_QUEUE_SIZE: no effect here: vLLM's scheduler" in "\n".join(notes)
+
+
+def test_tgi_environment_starts_with_the_meaning_intended(va, model_dir):
+    p = plan(va, model_dir, TGI_ENV)
+    assert argv_value(p, "--tensor-parallel-size") == "2" and argv_value(p, "--max-model-len") == "2048"
+    assert argv_value(p, "--max-num-batched-tokens") == "4096" and argv_value(p, "--quantization") == "fp8"
+    assert argv_value(p, "--gpu-memory-utilization") == "0.8" and argv_value(p, "--dtype") == "bfloat16"
+    assert argv_value(p, "--max-num-seqs") == "32" and p.env["HF_TOKEN"] == "hf_x"
+    notes = "\n".join(n for n in launcher.report(p) if "no effect here" in n)
+    for key in ("max_input_tokens", "max_batch_total_tokens", "messages_api_enabled", "max_best_of",
+                "max_stop_sequences", "max_top_n_tokens", "sharded", "job_queue_size"):
+        assert f"{key}=" in notes, key
+    assert "set that instead" in notes  # MAX_INPUT_LENGTH says what to use
+    assert "job_queue_size=128 from env MAX_CONCURRENT_REQUESTS: no effect here" in notes
+
+
+def test_tgi_and_lmi_short_names_map(va, model_dir):
+    for env, flag, value in [({"NUM_SHARD": "2"}, "--tensor-parallel-size", "2"),
+                             ({"TENSOR_PARALLEL_DEGREE": "2"}, "--tensor-parallel-size", "2"),
+                             ({"MODEL_ID": "org/m"}, "--model", "org/m"), ({"REVISION": "v1"}, "--revision", "v1"),
+                             ({"QUANTIZE": "fp8"}, "--quantization", "fp8"),
+                             ({"OPTION_DTYPE": "bf16"}, "--dtype", "bfloat16"),
+                             ({"OPTION_DTYPE": "fp32"}, "--dtype", "float32")]:
+        assert argv_value(plan(va, model_dir, env), flag) == value, env
+    assert "--trust-remote-code" in plan(va, model_dir, {"HF_TRUST_REMOTE_CODE": "true"}).argv
+    p = plan(va, model_dir, {"SAGEMAKER_MAX_REQUEST_SIZE": "1048576"})
+    assert p.env["SERVING_MAX_REQUEST_BYTES"] == "1048576"
+
+
+def test_lmi_top_level_keys_in_serving_properties(va, model_dir):
+    p = plan(va, model_dir, props="engine=Python\nminWorkers=1\nmaxWorkers=1\njob_queue_size=100\n"
+                                  "option.entryPoint=djl_python.lmi_vllm.vllm_async_service\noption.rolling_batch=vllm\n")
+    notes = "\n".join(launcher.report(p))
+    assert "min_workers=1 from" in notes and "job_queue_size=100 from" in notes and "entrypoint=" in notes
+
+
+@pytest.mark.parametrize("env,props,match", [
+    ({"OPTION_ROLLING_BATCH": "lmi-dist"}, None, r"rolling_batch from env OPTION_ROLLING_BATCH: 'lmi-dist' is not "
+                                                  r"supported here; allowed: vllm, auto, disable \(this container always "
+                                                  r"runs vLLM: use vllm, or leave it unset\)"),
+    ({}, "engine=MPI\n", r"engine from .*: 'MPI' is not supported here; allowed: python \(.*engine=Python"),
+    ({"OPTION_ENTRYPOINT": "model.py"}, None, r"entrypoint from env OPTION_ENTRYPOINT: 'model.py' is not supported "
+                                               r"here.*custom handlers"),
+    ({"HF_TASK": "text-embedding"}, None, r"task from env HF_TASK: 'text-embedding' .*text generation only"),
+    ({"OPTION_DTYPE": "int8"}, None, r"dtype from env OPTION_DTYPE: 'int8' is lmi-dist's .*use option.quantize"),
+    ({"OPTION_OUTPUT_FORMATTER": "my_formatter"}, None, r"output_formatter from env OPTION_OUTPUT_FORMATTER: "
+                                                         r"'my_formatter' is not supported.*allowed: json, jsonlines"),
+])
+def test_what_cannot_be_honoured_is_refused_saying_what_to_use(va, model_dir, env, props, match):
+    with pytest.raises(cfg.ConfigError, match=match):
+        plan(va, model_dir, env, props)
+
+
+def test_unknown_lmi_server_setting_is_accepted_with_a_line(va, model_dir):
+    p = plan(va, model_dir, {"SERVING_CHUNKED_READ_TIMEOUT": "30"})
+    assert ("env SERVING_CHUNKED_READ_TIMEOUT: no effect here (an LMI model-server setting this container does "
+            "not have)") in launcher.report(p)
+
+
+def test_every_name_the_conventions_write_is_in_the_table():
+    from serving.settings import BY_ENV, BY_KEY
+
+    table = markdown_table()
+    for name in {**LMI_SDK_ENV, **TGI_ENV}:
+        if name in ("CUDA_VISIBLE_DEVICES",):
+            continue
+        declared = name in BY_ENV or name.removeprefix("OPTION_").lower() in BY_KEY
+        assert declared and f"`{name}`" in table, name
+
+
+# -- tensor parallelism defaults to every visible GPU ------------------------------------------------
+
+def test_tp_defaults_to_every_visible_gpu_and_says_so(va, model_dir):
+    p = plan(va, model_dir)
+    assert argv_value(p, "--tensor-parallel-size") == "1"
+    assert "setting tensor_parallel_size=1  [default (CPU build: 1); vLLM --tensor-parallel-size]" in launcher.report(p)
+    user = cfg.Sources({"SERVING_MODEL_DIR": str(model_dir)}, va).resolve()
+    d = launcher.tp_default({"CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"}, cpu_build=False)
+    assert (d.raw, d.why) == ("8", "every visible GPU: 8, counted by CUDA_VISIBLE_DEVICES")
+    d = launcher.tp_default({"CUDA_VISIBLE_DEVICES": ""}, cpu_build=False)
+    assert (d.raw, d.why) == ("1", "no GPU visible: 1")
+    defaults = launcher.context_defaults("hub", user, {"CUDA_VISIBLE_DEVICES": "0,1"}, cpu_build=False)
+    assert [(d.key, d.raw) for d in defaults] == [("tensor_parallel_size", "2")]
+    # A degree the user set is left alone.
+    user = cfg.Sources({"SERVING_MODEL_DIR": str(model_dir), "SM_NUM_GPUS": "1"}, va).resolve()
+    assert launcher.context_defaults("hub", user, {"CUDA_VISIBLE_DEVICES": "0,1"}, cpu_build=False) == []
