@@ -168,13 +168,14 @@ def test_lmi_stream_jsonlines_rebuilds_greedy_text(http, greedy):
     records = [json.loads(line) for line in raw.decode().split("\n")[:-1]]
     assert len(records) == N
     for rec in records[:-1]:
-        assert rec["generated_text"] is None and rec["details"] is None
+        assert rec["index"] == 0 and rec["generated_text"] is None and rec["details"] is None
         assert set(rec["token"]) == {"id", "text", "logprob"}
-        assert rec["token"]["logprob"] is None  # logprobs cost API-server CPU: only with details
+        assert isinstance(rec["token"]["logprob"], float)  # LMI always fills it
     last = records[-1]
     assert "".join(rec["token"]["text"] for rec in records) == greedy
     assert last["generated_text"] == greedy
-    assert last["details"] == {"finish_reason": "length", "generated_tokens": N}
+    assert last["details"] == {"finish_reason": "length", "generated_tokens": N, "input_length": _prompt_len(http),
+                               "seed": None}
 
 
 def test_lmi_stream_logprobs_with_details(http, greedy):
@@ -185,7 +186,35 @@ def test_lmi_stream_logprobs_with_details(http, greedy):
     got = [r["token"] for r in records]
     assert [t["id"] for t in got] == [t["id"] for t in want]
     assert all(abs(g["logprob"] - w["logprob"]) < 1e-4 for g, w in zip(got, want))
-    assert records[-1]["details"] == {"finish_reason": "length", "generated_tokens": N, "seed": 7}
+    assert records[-1]["details"] == {"finish_reason": "length", "generated_tokens": N, "seed": 7,
+                                      "input_length": _prompt_len(http)}
+
+
+def _prompt_len(http) -> int:
+    r = inv(http, {"prompt": PROMPT, "max_tokens": 1})
+    return r.json()["usage"]["prompt_tokens"]
+
+
+def test_streamed_list_of_inputs_interleaves_records_by_index(http, greedy):
+    other = lmi(http, "Hello", max_new_tokens=N, ignore_eos_token=True)["generated_text"]
+    body = {"inputs": [PROMPT, "Hello"], "stream": True, "parameters": {"max_new_tokens": N, "ignore_eos_token": True}}
+    records = [json.loads(x) for x in inv(http, body).text.splitlines()]
+    by_index = {i: [r for r in records if r["index"] == i] for i in (0, 1)}
+    assert len(records) == 2 * N and all(len(v) == N for v in by_index.values())
+    for i, want in ((0, greedy), (1, other)):
+        rs = by_index[i]
+        assert "".join(r["token"]["text"] for r in rs) == want
+        assert rs[-1]["generated_text"] == want and rs[-1]["details"]["finish_reason"] == "length"
+        assert all(r["generated_text"] is None for r in rs[:-1])
+
+
+@pytest.mark.parametrize("body", [{"foo": 1}, {"parameters": {"max_new_tokens": 3}}, [1, 2], "text", 5])
+def test_body_of_no_known_kind_gets_424(http, body):
+    r = inv(http, body)
+    assert r.status_code == 424, r.text
+    doc = r.json()
+    assert doc["code"] == 424 and doc["field"] == "body"
+    assert "inputs" in doc["error"] and "prompt" in doc["error"] and "messages" in doc["error"]
 
 
 def test_lmi_stream_full_text_and_stop(http, greedy):
@@ -239,7 +268,6 @@ BAD_LMI = [
     ({"inputs": "x", "parameters": {"watermark": True}}, "parameters.watermark"),
     ({"inputs": "x", "parameters": "fast"}, "parameters"),
     ({"inputs": "x", "prompt": "y"}, "prompt"),
-    ({"inputs": ["a", "b"], "stream": True}, "stream"),
     ({"inputs": "x", "stream": True, "parameters": {"decoder_input_details": True}}, "parameters.decoder_input_details"),
     ({"inputs": "x" * 3000}, "inputs"),  # longer than the context
     ({"inputs": "x" * 3000, "stream": True}, "inputs"),

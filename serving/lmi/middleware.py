@@ -5,9 +5,12 @@ It sits in front of vLLM's own app and only touches `POST /invocations` (and the
   real-time payload limit) on every body kind;
 - an LMI/TGI body (`{"inputs": ...}`) is validated, turned into a completion request and
   served in-process by vLLM's own completion handler (app.state.openai_serving_completion):
-  no second HTTP hop, no re-serialisation of the request;
-- any other body (OpenAI chat `messages` / completion `prompt`) goes on to vLLM unchanged,
-  so it is answered exactly as vLLM answers it (SSE when streaming).
+  no second HTTP hop, no re-serialisation of the request; with tgi_compat it is answered in
+  TGI's shapes;
+- an OpenAI body (chat `messages` / completion `prompt`) goes on to vLLM unchanged, so it is
+  answered exactly as vLLM answers it (SSE when streaming; with output_formatter=jsonlines the
+  same chunks one a line, as LMI streams them);
+- a JSON body of none of these kinds gets LMI's 424 naming the three.
 On the lifespan it starts the engine watch that ends the process non-zero if the engine dies.
 """
 from __future__ import annotations
@@ -43,6 +46,8 @@ class LMIMiddleware:
     def __init__(self, app) -> None:
         self.app = app
         self.max_bytes = max_request_bytes()
+        self.tgi = engine_value("tgi_compat", os.environ)
+        self.openai_jsonlines = engine_value("output_formatter", os.environ) == "jsonlines"
         self.watch: EngineWatch | None = None
 
     async def __call__(self, scope, receive, send):
@@ -96,7 +101,13 @@ class LMIMiddleware:
             what = "empty" if not body.strip() else f"not valid JSON ({e})"
             await send_error(send, LMIError(f"body: the request body is {what}; send a JSON object", "body", 400))
             return
-        if not schema.is_lmi_body(doc):
+        kind = schema.body_kind(doc)
+        if kind is None:
+            await send_error(send, LMIError(schema.NO_KIND, "body"))
+            return
+        if kind != "lmi":
+            if self.openai_jsonlines and doc.get("stream") is True:
+                send = sse_to_jsonlines(send)
             await self.app(scope, _replay(body, receive), send)
             return
         started = False
@@ -142,6 +153,8 @@ class LMIMiddleware:
         from vllm.entrypoints.serve.engine.protocol import ErrorResponse
 
         req = schema.parse(doc)
+        if self.tgi and req.parameters.details is None:
+            req.parameters.details = True  # TGI answers with details unless asked not to
         handler = getattr(scope["app"].state, "openai_serving_completion", None)
         if handler is None:
             raise LMIError("inputs: this model does not generate text, so LMI bodies cannot be served; "
@@ -154,11 +167,14 @@ class LMIMiddleware:
             raise translate.vllm_error(_first_line(e), getattr(e, "parameter", None), 400) from None
         raw_request = Request(scope, receive)
 
+        tokenizer = getattr(getattr(handler, "renderer", None), "tokenizer", None)
         if req.stream:
-            outputs = await stream.open_stream(handler, creq, raw_request)
-            body = stream.jsonlines(req, outputs)
+            opened = await stream.open_streams(handler, creq, raw_request)
+            special = frozenset(getattr(tokenizer, "all_special_ids", ()) or ())
+            body = stream.jsonlines(req, opened, self.tgi, special)
+            media = stream.TGI_MEDIA_TYPE if self.tgi else stream.MEDIA_TYPE
             try:
-                await StreamingResponse(body, media_type=stream.MEDIA_TYPE)(scope, receive, send)
+                await StreamingResponse(body, media_type=media)(scope, receive, send)
             finally:
                 # A hang-up that lands while a line is being sent leaves the stream suspended, and
                 # only the garbage collector would close it (and so abort the engine request):
@@ -171,9 +187,10 @@ class LMIMiddleware:
             raise translate.vllm_error(result.error.message, result.error.param, result.error.code)
         if not isinstance(result, CompletionResponse):
             raise LMIError(f"internal error (unexpected {type(result).__name__})", None, 500)
-        tokenizer = getattr(getattr(handler, "renderer", None), "tokenizer", None)
         decode = (lambda tid: tokenizer.decode([tid])) if tokenizer is not None else None
         out = translate.from_completion(req, result, decode)
+        if self.tgi and not isinstance(out, list):
+            out = [out]  # TGI answers a list even for one input
         await send_json(send, 200, json.dumps(out, ensure_ascii=False).encode())
 
 
@@ -213,6 +230,43 @@ async def _drain(receive, budget: int) -> bool:
         if not message.get("more_body", False):
             return True
     return False
+
+
+def sse_to_jsonlines(send):
+    """A send() that turns vLLM's server-sent events into LMI's jsonlines: each `data: {...}`
+    event becomes `{...}` and a newline; `[DONE]` is dropped. Events may span body messages."""
+    pending = b""
+    is_sse = False
+
+    async def wrapped(message):
+        nonlocal pending, is_sse
+        if message["type"] == "http.response.start":
+            headers = dict(message.get("headers") or [])
+            is_sse = headers.get(b"content-type", b"").startswith(b"text/event-stream")
+            if is_sse:
+                message = {**message, "headers": [(k, v) for k, v in message["headers"]
+                                                  if k not in (b"content-type", b"content-length")]
+                           + [(b"content-type", stream.MEDIA_TYPE.encode())]}
+            await send(message)
+            return
+        if message["type"] != "http.response.body" or not is_sse:
+            await send(message)
+            return
+        pending += message.get("body", b"")
+        *events, pending = pending.split(b"\n\n")
+        more = message.get("more_body", False)
+        if not more and pending.strip():
+            events.append(pending)
+            pending = b""
+        out = []
+        for event in events:
+            for line in event.split(b"\n"):
+                if line.startswith(b"data:"):
+                    data = line[5:].strip()
+                    if data and data != b"[DONE]":
+                        out.append(data + b"\n")
+        await send({"type": "http.response.body", "body": b"".join(out), "more_body": more})
+    return wrapped
 
 
 def _replay(body: bytes, receive):

@@ -71,9 +71,25 @@ _SPELLINGS = {"max_tokens": "max_new_tokens", "stop_words": "stop", "n": "best_o
               "min_tokens": "min_new_tokens", "ignore_eos": "ignore_eos_token"}
 
 
-def is_lmi_body(doc: Any) -> bool:
-    """LMI/TGI bodies carry `inputs`; OpenAI completion/chat bodies carry `prompt`/`messages`."""
-    return isinstance(doc, dict) and "inputs" in doc
+NO_KIND = ("body: not a request this endpoint serves; send a JSON object with one of: inputs (LMI/TGI), "
+           "prompt (OpenAI completion), messages (OpenAI chat)")
+
+
+def body_kind(doc: Any) -> str | None:
+    """"lmi" for LMI/TGI bodies (`inputs`), "completion" / "chat" for OpenAI bodies (`prompt` /
+    `messages`), "session" for SageMaker's session requests (`requestType`, answered by vLLM's
+    SageMaker hooks), None for anything else (LMI answers that with 424)."""
+    if not isinstance(doc, dict):
+        return None
+    if "inputs" in doc:
+        return "lmi"
+    if "requestType" in doc:
+        return "session"
+    if "messages" in doc:
+        return "chat"
+    if "prompt" in doc:
+        return "completion"
+    return None
 
 
 def parse(doc: dict) -> LMIRequest:
@@ -98,9 +114,6 @@ def parse(doc: dict) -> LMIRequest:
     if p.watermark:
         raise LMIError("parameters.watermark: true is not supported; allowed: "
                        + _describe(LMIParameters, "watermark"), "parameters.watermark")
-    if req.stream and len(prompts) > 1:
-        raise LMIError(f"stream: streaming takes one input; inputs has {len(prompts)} "
-                       "(send them as separate requests, or stream=false)", "stream")
     if req.stream and p.decoder_input_details:
         raise LMIError("parameters.decoder_input_details: not available with stream=true", 
                        "parameters.decoder_input_details")

@@ -73,12 +73,13 @@ def to_completion(req: LMIRequest, max_model_len: int, adapter: str | None = Non
         body["truncation_side"] = "left"
     if p.ignore_eos_token:
         body["ignore_eos"] = True
-    # logprobs only with details=true: vLLM turns every logprob into a Python object with a
-    # decoded token in the API server (an OpenAI body asking for them measured +35% to +106%
-    # API-server CPU per streamed token, bench/RESULTS.md). 0: just the chosen token's.
+    # Non-streamed answers carry logprobs only with details=true: vLLM turns every logprob into a
+    # Python object with a decoded token in the API server (an OpenAI body asking for them measured
+    # +35% to +106% API-server CPU per streamed token, bench/RESULTS.md). Streams always carry the
+    # chosen token's (0) because LMI's do, and pay that cost.
     if p.details or p.decoder_input_details:
         body["return_token_ids"] = True
-    if p.details:
+    if p.details or req.stream:
         body["logprobs"] = 0
     if p.decoder_input_details:
         body["prompt_logprobs"] = 0
@@ -114,8 +115,7 @@ def _details(req: LMIRequest, prompt: str, choice, decode) -> dict[str, Any]:
     ids = list(choice.token_ids or [])
     d: dict[str, Any] = {"finish_reason": finish_reason(choice.finish_reason, choice.stop_reason),
                          "generated_tokens": len(ids), "inputs": prompt}
-    if p.seed is not None:
-        d["seed"] = p.seed
+    d["seed"] = p.seed  # LMI reports it, null when the request set none
     if p.details:
         lp = choice.logprobs
         texts = lp.tokens if lp else [""] * len(ids)

@@ -1,0 +1,133 @@
+"""The streams as real clients read them: SageMaker's LineIterator (sagemaker-core) fed the real
+server's bytes split into PayloadParts at every byte boundary, Hugging Face's InferenceClient on
+TGI-compatible streams, and LMI-jsonlines streams for OpenAI bodies (output_formatter=jsonlines).
+"""
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from conftest import start_launcher, stop
+
+pytestmark = pytest.mark.engine
+
+PROMPT = "Deep learning is"
+N = 12
+LMI_STREAM = {"inputs": PROMPT, "stream": True, "parameters": {"max_new_tokens": N, "ignore_eos_token": True}}
+OPENAI_STREAM = {"prompt": PROMPT, "max_tokens": N, "temperature": 0, "ignore_eos": True, "stream": True}
+
+
+def raw_stream(url: str, body: dict) -> tuple[str, bytes]:
+    with httpx.stream("POST", url + "/invocations", json=body, timeout=120) as r:
+        assert r.status_code == 200, r.read()
+        return r.headers["content-type"], b"".join(r.iter_raw(3))
+
+
+def line_iterator_reads(raw: bytes, parts: list[bytes]) -> list[bytes]:
+    """What SageMaker's own client hands the application for these PayloadParts."""
+    from sagemaker.core.iterators import LineIterator
+
+    lines = list(LineIterator([{"PayloadPart": {"Bytes": p}} for p in parts]))
+    assert b"".join(parts) == raw
+    return lines
+
+
+def every_split(raw: bytes):
+    """One byte per PayloadPart, then every cut of the stream into two PayloadParts."""
+    yield [raw[i:i + 1] for i in range(len(raw))]
+    for k in range(1, len(raw)):
+        yield [raw[:k], raw[k:]]
+
+
+@pytest.fixture(scope="module")
+def greedy(server) -> str:
+    r = httpx.post(server.url + "/invocations", json={"inputs": PROMPT, "parameters": {
+        "max_new_tokens": N, "ignore_eos_token": True}}, timeout=120)
+    return r.json()["generated_text"]
+
+
+def test_line_iterator_reads_lmi_jsonlines_split_anywhere(server, greedy):
+    ctype, raw = raw_stream(server.url, LMI_STREAM)
+    assert ctype.startswith("application/jsonlines")
+    want = raw.split(b"\n")[:-1]
+    for parts in every_split(raw):
+        lines = line_iterator_reads(raw, parts)
+        assert lines == want
+    records = [json.loads(line) for line in want]
+    assert "".join(r["token"]["text"] for r in records) == greedy == records[-1]["generated_text"]
+
+
+def test_line_iterator_reads_openai_sse_split_anywhere(server, greedy):
+    ctype, raw = raw_stream(server.url, OPENAI_STREAM)
+    assert ctype.startswith("text/event-stream")
+    want = raw.split(b"\n")[:-1]
+    for parts in every_split(raw):
+        assert line_iterator_reads(raw, parts) == want
+    data = [line[len(b"data: "):] for line in want if line.startswith(b"data: ")]
+    assert data[-1] == b"[DONE]"
+    chunks = [json.loads(d) for d in data[:-1]]
+    assert "".join(c["choices"][0]["text"] for c in chunks if c["choices"]) == greedy
+
+
+# -- a server with LMI's tgi_compat and output_formatter=jsonlines ---------------------------------
+
+@pytest.fixture(scope="module")
+def compat(tmp_path_factory):
+    srv = start_launcher(tmp_path_factory.mktemp("compat"), {"OPTION_TGI_COMPAT": "true",
+                                                               "OPTION_OUTPUT_FORMATTER": "jsonlines"})
+    yield srv
+    stop(srv.proc)
+
+
+def test_startup_log_names_the_compat_settings(compat):
+    log = compat.log()
+    assert "setting tgi_compat=True  [env OPTION_TGI_COMPAT; launcher]" in log
+    assert "setting output_formatter=jsonlines  [env OPTION_OUTPUT_FORMATTER; launcher]" in log
+
+
+def test_tgi_compat_answers_a_list_with_details(compat, greedy):
+    r = httpx.post(compat.url + "/invocations", json={"inputs": PROMPT, "parameters": {
+        "max_new_tokens": N, "ignore_eos_token": True}}, timeout=120)
+    assert r.status_code == 200, r.text
+    (out,) = r.json()
+    assert out["generated_text"] == greedy
+    assert out["details"]["finish_reason"] == "length" and len(out["details"]["tokens"]) == N
+
+
+def test_tgi_compat_stream_is_server_sent_events(compat, greedy):
+    ctype, raw = raw_stream(compat.url, LMI_STREAM)
+    assert ctype.startswith("text/event-stream")
+    events = [e for e in raw.decode().split("\n\n") if e]
+    assert all(e.startswith("data:") for e in events) and len(events) == N
+    records = [json.loads(e[len("data:"):]) for e in events]
+    assert all(set(r["token"]) == {"id", "text", "logprob", "special"} for r in records)
+    assert records[-1]["generated_text"] == greedy
+
+
+def test_huggingface_inference_client_streams(compat, greedy):
+    from huggingface_hub import InferenceClient
+
+    client = InferenceClient(model=compat.url + "/invocations", timeout=120)
+    outs = list(client.text_generation(PROMPT, max_new_tokens=N, stream=True, details=True, do_sample=False))
+    assert len(outs) == N
+    assert "".join(o.token.text for o in outs) == greedy
+    assert outs[-1].generated_text == greedy and outs[-1].details.finish_reason == "length"
+    assert client.text_generation(PROMPT, max_new_tokens=N, do_sample=False) == greedy[:N]
+
+
+@pytest.mark.parametrize("kind", ["completion", "chat"])
+def test_output_formatter_jsonlines_streams_openai_bodies_as_jsonlines(compat, greedy, kind):
+    body = OPENAI_STREAM if kind == "completion" else {
+        "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "temperature": 0, "stream": True}
+    ctype, raw = raw_stream(compat.url, body)
+    assert ctype.startswith("application/jsonlines")
+    assert raw.endswith(b"\n") and b"data:" not in raw and b"[DONE]" not in raw
+    for parts in every_split(raw) if kind == "completion" else [[raw]]:
+        lines = line_iterator_reads(raw, parts)
+    chunks = [json.loads(line) for line in lines]
+    if kind == "completion":
+        assert "".join(c["choices"][0]["text"] for c in chunks if c["choices"]) == greedy
+    else:
+        assert chunks and all(c["object"] == "chat.completion.chunk" for c in chunks)
