@@ -6,6 +6,7 @@ start their own.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -30,3 +31,26 @@ def server(tmp_path_factory) -> Server:
     srv = start_launcher(tmp_path_factory.mktemp("server"))
     yield srv
     stop(srv.proc)
+
+
+@pytest.fixture(scope="module")
+def moto_env():
+    """A real AWS-compatible server on loopback (moto's server mode) and the environment that points boto3 at it."""
+    from moto.server import ThreadedMotoServer
+
+    port = free_port()
+    srv = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    srv.start()
+    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing-key-id",
+           "AWS_SECRET_ACCESS_KEY": "testing-SECRET-value", "AWS_DEFAULT_REGION": "us-east-1"}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield env
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        srv.stop()

@@ -9,32 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import free_port
 from serving.s3 import S3SourceError, download
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
-def s3_env():
-    from moto.server import ThreadedMotoServer
-
-    port = free_port()
-    srv = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    srv.start()
-    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing-key-id",
-           "AWS_SECRET_ACCESS_KEY": "testing-SECRET-value", "AWS_DEFAULT_REGION": "us-east-1"}
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        yield env
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        srv.stop()
+def s3_env(moto_env):
+    return moto_env
 
 
 @pytest.fixture(scope="module")
