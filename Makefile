@@ -73,8 +73,11 @@ GPU_VENV ?= .venv-gpu
 GPU_PY := $(GPU_VENV)/bin/python
 smoke:
 	test -x $(GPU_PY) || $(PYTHON) -m venv $(GPU_VENV)
-	$(PYTHON) -c 'import site; print("\n".join(site.getsitepackages()))' \
-	  > "$$($(GPU_PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/_host_site.pth"
+	rm -rf $(GPU_VENV)/host-site && mkdir -p $(GPU_VENV)/host-site
+	for p in $$($(PYTHON) -c 'import site; print(" ".join(site.getsitepackages()))'); do for e in $$p/*; do \
+	  case $$(basename $$e) in torchvision*|torchaudio*|torchcodec*) ;; *) ln -sfn $$e $(GPU_VENV)/host-site/ ;; esac; \
+	done; done
+	echo $(abspath $(GPU_VENV))/host-site > "$$($(GPU_PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/_host_site.pth"
 ifneq ($(WHEELHOUSE),)
 	$(GPU_PY) -m pip install -q --no-index --no-deps --find-links $(WHEELHOUSE) -r $(WHEELHOUSE)/requirements.txt
 else
