@@ -156,7 +156,7 @@ def run(runtime, *argv) -> tuple[int, Printed]:
     return rc, out
 
 
-@pytest.mark.parametrize("api", ["lmi", "completion"])
+@pytest.mark.parametrize("api", ["lmi", "completion", "chat"])
 def test_invoke_prints_the_same_text_streamed_and_not(runtime, server_url, api, capsys):
     args = [PROMPT, "--api", api, "--max-tokens", str(N), "--temperature", "0"]
     rc, plain = run(runtime, *args)
@@ -166,9 +166,10 @@ def test_invoke_prints_the_same_text_streamed_and_not(runtime, server_url, api, 
     assert streamed.getvalue() == plain.getvalue()
     text = plain.getvalue().rstrip("\n")
     assert text, "the model generated nothing"
-    direct = httpx.post(server_url + "/invocations", timeout=120, json=(
-        {"inputs": PROMPT, "parameters": {"max_new_tokens": N, "do_sample": False}} if api == "lmi" else
-        {"prompt": PROMPT, "max_tokens": N, "temperature": 0})).json()
+    direct = httpx.post(server_url + "/invocations", timeout=120, json={
+        "lmi": {"inputs": PROMPT, "parameters": {"max_new_tokens": N, "do_sample": False}},
+        "completion": {"prompt": PROMPT, "max_tokens": N, "temperature": 0},
+        "chat": {"messages": [{"role": "user", "content": PROMPT}], "max_tokens": N, "temperature": 0}}[api]).json()
     assert text == invoke.answer_text(direct)
     parts = runtime.parts
     assert any(p.count(b"\n") >= 2 for p in parts), "no part held several lines"
