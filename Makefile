@@ -38,6 +38,14 @@ dry-run: venv
 test: venv
 	$(PY) -m pytest
 
+# A SageMaker endpoint (README "Deploy to SageMaker"): needs only boto3 and AWS credentials, so it installs
+# requirements/serving.txt alone, not the engine. make deploy ARGS="create my-llm --image ... --dry-run"
+.PHONY: deploy
+deploy:
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q -r requirements/serving.txt $(QUIET_PIP)
+	$(PY) -m serving.deploy $(ARGS)
+
 # The GPU image (needs a Docker engine). The labels name the applied patches and the commit.
 image:
 	docker build --build-arg PATCHES="$$(python3 -m tools.image_build patches)" \
