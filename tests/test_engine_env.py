@@ -1,0 +1,16 @@
+"""Environment the launcher hands the engine for GPU start-up behaviour."""
+from __future__ import annotations
+
+from serving import launcher
+
+
+def _engine_env(extra: dict[str, str]) -> dict[str, str]:
+    return launcher.plan({"PATH": "/usr/bin", "HOME": "/tmp", **extra}).env
+
+
+def test_flashinfer_sampler_is_off_unless_asked_for():
+    # On a fresh GPU host FlashInfer compiles its sampler with nvcc at the first start (minutes, or a failed
+    # start without nvcc); the image runs vLLM's own sampler unless the user turns FlashInfer's back on.
+    assert _engine_env({})["VLLM_USE_FLASHINFER_SAMPLER"] == "0"
+    assert _engine_env({"VLLM_USE_FLASHINFER_SAMPLER": "1"})["VLLM_USE_FLASHINFER_SAMPLER"] == "1"
+    assert _engine_env({"OPTION_FLASHINFER_SAMPLER": "true"})["VLLM_USE_FLASHINFER_SAMPLER"] == "1"
