@@ -9,6 +9,7 @@ container's main process: signals and exit codes reach SageMaker directly.
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shlex
@@ -100,12 +101,62 @@ def _model(res: cfg.Resolution) -> tuple[str, str, str | None]:
     return "hub", mid, None
 
 
+# LMI's layout: LoRA adapters in <model>/adapters/<name>/ (adapter_config.json + weights), also
+# when the model comes from S3 (they are downloaded with it).
+ADAPTERS_FOLDER = "adapters"
+DEFAULT_MAX_LORA_RANK = 16  # vLLM's
+
+
+@dataclass(frozen=True)
+class Adapter:
+    path: Path
+    rank: int
+    targets: tuple[str, ...] | None  # the modules it adapts; None: not a plain list
+
+
+def find_adapters(model_path: str) -> dict[str, Adapter]:
+    """{adapter name: Adapter} for the LoRA adapters in the model's adapters/ folder."""
+    root = Path(model_path) / ADAPTERS_FOLDER
+    out: dict[str, Adapter] = {}
+    if not root.is_dir():
+        return out
+    for d in sorted(root.iterdir()):
+        conf = d / "adapter_config.json"
+        if not conf.is_file():
+            continue
+        try:
+            doc = json.loads(conf.read_text())
+            rank = int(doc["r"])
+        except (ValueError, KeyError, TypeError) as e:
+            raise cfg.ConfigError("adapters", str(conf), f"not a LoRA adapter config (JSON with an integer r): "
+                                  f"{type(e).__name__}") from None
+        targets = doc.get("target_modules")
+        out[d.name] = Adapter(d, rank, tuple(targets) if isinstance(targets, list) else None)
+    return out
+
+
 def context_defaults(kind: str, user: cfg.Resolution, env: Mapping[str, str],
-                     cpu_build: bool) -> list[cfg.ContextDefault]:
+                     cpu_build: bool, adapters: Mapping[str, Adapter] | None = None) -> list[cfg.ContextDefault]:
     """Defaults that depend on the build, the machine and the model: tensor parallelism over every
-    visible GPU (as LMI and TGI do), the embedded tiny model's context length, and on the CPU build a
-    fixed KV cache unless the user sized the memory themselves."""
+    visible GPU (as LMI and TGI do), LoRA serving of the model's adapters/ folder, the embedded tiny
+    model's context length, and on the CPU build a fixed KV cache unless the user sized the memory
+    themselves."""
     out = []
+    if adapters:
+        why = f"LoRA adapters in the model's {ADAPTERS_FOLDER}/"
+        if "enable_lora" not in user.entries:
+            out.append(cfg.ContextDefault("enable_lora", "true", why))
+        if "lora_modules" not in user.entries:
+            out.append(cfg.ContextDefault("lora_modules", json.dumps([f"{n}={a.path}" for n, a in adapters.items()]),
+                                          why))
+        rank = max(a.rank for a in adapters.values())
+        if rank > DEFAULT_MAX_LORA_RANK and "max_lora_rank" not in user.entries:
+            out.append(cfg.ContextDefault("max_lora_rank", str(rank), why))
+        # Only the modules the adapters adapt get LoRA layers: vLLM would otherwise wrap every layer,
+        # the MoE experts too (a Triton kernel; the CPU build has none).
+        targets = [a.targets for a in adapters.values()]
+        if all(t is not None for t in targets) and "lora_target_modules" not in user.entries:
+            out.append(cfg.ContextDefault("lora_target_modules", json.dumps(sorted(set().union(*targets))), why))
     if "tensor_parallel_size" not in user.entries:
         out.append(tp_default(env, cpu_build))
     if kind == "embedded":
@@ -134,9 +185,13 @@ def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
     ctx = Context(gpus=lambda: visible_gpus(env))
     user = sources.resolve(ctx)
     kind, model_path, s3_url = _model(user)
-    res = sources.resolve(ctx, context_defaults(kind, user, env, is_cpu_build()))
+    adapters = find_adapters(model_path) if kind != "hub" else {}
+    res = sources.resolve(ctx, context_defaults(kind, user, env, is_cpu_build(), adapters))
     s = res.settings
     notes: list[str] = list(res.notes)
+    if adapters:
+        notes.append(f"LoRA adapters: {', '.join(adapters)} (chosen per request by the X-Amzn-SageMaker-Adapter-Identifier "
+                     "header, LMI's adapters field or the OpenAI model field)")
 
     tp = res.entries.get("tensor_parallel_size")
     if tp is not None and tp.raw.strip().lower() == "max":
@@ -268,6 +323,13 @@ def main(argv: list[str] | None = None) -> int:
             log.error("model download failed: %s", e)
             return ExitCode.DOWNLOAD_FAILED
         raise
+    if p.model_source == "s3" and find_adapters(p.model_path):
+        try:  # the adapters came with the download: plan again to serve them
+            p = plan()
+        except cfg.ConfigError as e:
+            print(f"configuration error: {e}", file=sys.stderr)
+            return ExitCode.CONFIG_ERROR
+        log.info("%s", next(n for n in p.notes if n.startswith("LoRA adapters")))
     if args.prepare_only:
         log.info("model ready at %s (--prepare-only: not starting the engine)", p.model_path)
         return ExitCode.OK

@@ -5,6 +5,7 @@ parser; the dry-run tests run `python -m serving --dry-run` as users would.
 """
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
@@ -548,3 +549,33 @@ def test_tp_defaults_to_every_visible_gpu_and_says_so(va, model_dir):
     # A degree the user set is left alone.
     user = cfg.Sources({"SERVING_MODEL_DIR": str(model_dir), "SM_NUM_GPUS": "1"}, va).resolve()
     assert launcher.context_defaults("hub", user, {"CUDA_VISIBLE_DEVICES": "0,1"}, cpu_build=False) == []
+
+
+def test_adapters_in_the_model_folder_turn_lora_on(va, model_dir):
+    (model_dir / "config.json").write_text("{}")
+    for name, rank in (("a", 8), ("b", 32)):
+        d = model_dir / "adapters" / name
+        d.mkdir(parents=True)
+        (d / "adapter_config.json").write_text(json.dumps({"r": rank, "peft_type": "LORA",
+                                                            "target_modules": ["q_proj", f"{name}_proj"]}))
+    p = plan(va, model_dir)
+    assert "--enable-lora" in p.argv and argv_value(p, "--max-lora-rank") == "32"
+    i = p.argv.index("--lora-target-modules")
+    assert p.argv[i + 1:i + 4] == ["a_proj", "b_proj", "q_proj"]
+    i = p.argv.index("--lora-modules")
+    assert p.argv[i + 1:i + 3] == [f"a={model_dir}/adapters/a", f"b={model_dir}/adapters/b"]
+    assert any(n.startswith("LoRA adapters: a, b") for n in p.notes)
+    # The user's own LoRA settings win.
+    assert argv_value(plan(va, model_dir, {"OPTION_MAX_LORA_RANK": "64"}), "--max-lora-rank") == "64"
+    (model_dir / "adapters" / "b" / "adapter_config.json").write_text("{}")
+    with pytest.raises(cfg.ConfigError, match=r"adapters from .*adapters/b/adapter_config.json: not a LoRA adapter"):
+        plan(va, model_dir)
+
+
+def test_lmi_session_names_reach_vllms_sagemaker_hooks(va, model_dir):
+    p = plan(va, model_dir)
+    assert p.env["SAGEMAKER_ENABLE_STATEFUL_SESSIONS"] == "1"  # on by default, as in LMI
+    p = plan(va, model_dir, {"OPTION_ENABLE_STATEFUL_SESSIONS": "false", "OPTION_SESSIONS_EXPIRATION": "3600",
+                             "OPTION_SESSIONS_PATH": "/dev/shm/s"})
+    assert (p.env["SAGEMAKER_ENABLE_STATEFUL_SESSIONS"], p.env["SAGEMAKER_SESSIONS_EXPIRATION"],
+            p.env["SAGEMAKER_SESSIONS_PATH"]) == ("0", "3600", "/dev/shm/s")

@@ -31,6 +31,7 @@ LIMIT_ENV = TABLE["max_request_bytes"].engine_env
 DEFAULT_MAX_REQUEST_BYTES = TABLE["max_request_bytes"].default
 DRAIN_FACTOR = 4
 ADAPTER_HEADER = b"x-amzn-sagemaker-adapter-identifier"  # SageMaker's LoRA adapter header
+SESSION_HEADER = "X-Amzn-SageMaker-Session-Id"
 
 
 def max_request_bytes(env=os.environ) -> int:
@@ -108,6 +109,8 @@ class LMIMiddleware:
         if kind != "lmi":
             if self.openai_jsonlines and doc.get("stream") is True:
                 send = sse_to_jsonlines(send)
+            if kind == "session":
+                send = session_answer_as_json(send)
             await self.app(scope, _replay(body, receive), send)
             return
         started = False
@@ -159,13 +162,18 @@ class LMIMiddleware:
         if handler is None:
             raise LMIError("inputs: this model does not generate text, so LMI bodies cannot be served; "
                            "use the body kind its task takes", "inputs")
-        adapter = next((v.decode("latin-1") for k, v in scope["headers"] if k == ADAPTER_HEADER), None)
-        fields = translate.to_completion(req, handler.model_config.max_model_len, adapter)
+        header_adapter = next((v.decode("latin-1") for k, v in scope["headers"] if k == ADAPTER_HEADER), None)
+        body_adapter = req.adapters[0] if isinstance(req.adapters, list) else req.adapters
+        if header_adapter and body_adapter and header_adapter != body_adapter:
+            raise LMIError(f"adapters: {body_adapter!r} differs from the X-Amzn-SageMaker-Adapter-Identifier header "
+                           f"({header_adapter!r}); send one of them", "adapters")
+        raw_request = Request(scope, receive)
+        _check_session(raw_request)
+        fields = translate.to_completion(req, handler.model_config.max_model_len, body_adapter or header_adapter)
         try:
             creq = CompletionRequest.model_validate(fields)
         except Exception as e:  # vLLM's own checks on the translated values
             raise translate.vllm_error(_first_line(e), getattr(e, "parameter", None), 400) from None
-        raw_request = Request(scope, receive)
 
         tokenizer = getattr(getattr(handler, "renderer", None), "tokenizer", None)
         if req.stream:
@@ -266,6 +274,61 @@ def sse_to_jsonlines(send):
                     if data and data != b"[DONE]":
                         out.append(data + b"\n")
         await send({"type": "http.response.body", "body": b"".join(out), "more_body": more})
+    return wrapped
+
+
+def _check_session(raw_request) -> None:
+    """An LMI body with SageMaker's session header: the same check vLLM's SageMaker hooks make for
+    OpenAI bodies (sessions on, and the session known and not expired)."""
+    if SESSION_HEADER not in raw_request.headers:
+        return
+    from fastapi.exceptions import HTTPException
+    from model_hosting_container_standards.sagemaker.sessions.manager import get_session_manager
+    from model_hosting_container_standards.sagemaker.sessions.utils import get_session
+
+    try:
+        get_session(get_session_manager(), raw_request)
+    except HTTPException as e:
+        raise LMIError(f"{SESSION_HEADER}: {e.detail}", SESSION_HEADER) from None
+    except ValueError as e:
+        raise LMIError(f"{SESSION_HEADER}: {e}", SESSION_HEADER) from None
+
+
+def session_answer_as_json(send):
+    """A send() that gives vLLM's session answers (plain text, no content type) a JSON body naming the
+    session, beside SageMaker's headers (X-Amzn-SageMaker-New-Session-Id: <id>; Expires=..., or
+    X-Amzn-SageMaker-Closed-Session-Id: <id>), so clients that parse the body read it too."""
+    held: dict | None = None
+    parts: list[bytes] = []
+
+    async def wrapped(message):
+        nonlocal held
+        if message["type"] == "http.response.start":
+            names = {k.lower() for k, _ in message.get("headers") or []}
+            if message["status"] == 200 and b"content-type" not in names:
+                held = message  # until the whole (small) body is in
+                return
+            await send(message)
+            return
+        if held is None or message["type"] != "http.response.body":
+            await send(message)
+            return
+        parts.append(message.get("body", b""))
+        if message.get("more_body"):
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in held.get("headers") or []}
+        text = b"".join(parts).decode("utf-8", "replace").strip()
+        doc = {"message": text} if text else {}  # vLLM's hooks answer e.g. "Session <id> created"
+        if "x-amzn-sagemaker-new-session-id" in headers:
+            sid, _, expires = headers["x-amzn-sagemaker-new-session-id"].partition(";")
+            doc.update(session_id=sid.strip(), expires=expires.strip().removeprefix("Expires=") or None)
+        elif "x-amzn-sagemaker-closed-session-id" in headers:
+            doc.update(closed_session_id=headers["x-amzn-sagemaker-closed-session-id"].strip())
+        body = json.dumps(doc).encode()
+        rest = [(k, v) for k, v in held.get("headers") or [] if k.lower() != b"content-length"]
+        await send({**held, "headers": rest + [(b"content-type", b"application/json"),
+                                               (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
     return wrapped
 
 

@@ -60,6 +60,8 @@ class LMIRequest(BaseModel):
     inputs: str | list[str] = Field(description="a non-empty string or a non-empty list of non-empty strings")
     parameters: LMIParameters = Field(default_factory=LMIParameters, description="an object of generation parameters")
     stream: bool = Field(False, description="true or false")
+    adapters: str | list[str] | None = Field(None, description="a LoRA adapter's name, or one per input (the same "
+                                             "for every input)")
 
     @property
     def prompts(self) -> list[str]:
@@ -67,7 +69,7 @@ class LMIRequest(BaseModel):
 
 
 # Names clients bring from other APIs, so the error can say what we call them.
-_SPELLINGS = {"max_tokens": "max_new_tokens", "stop_words": "stop", "n": "best_of",
+_SPELLINGS = {"max_tokens": "max_new_tokens", "stop_words": "stop", "n": "best_of", "adapter": "adapters",
               "min_tokens": "min_new_tokens", "ignore_eos": "ignore_eos_token"}
 
 
@@ -114,6 +116,9 @@ def parse(doc: dict) -> LMIRequest:
     if p.watermark:
         raise LMIError("parameters.watermark: true is not supported; allowed: "
                        + _describe(LMIParameters, "watermark"), "parameters.watermark")
+    if isinstance(req.adapters, list) and (len(req.adapters) != len(prompts) or len(set(req.adapters)) != 1):
+        raise LMIError(f"adapters: give one adapter name, or one per input ({len(prompts)}) all the same; "
+                       "send inputs for different adapters as separate requests", "adapters")
     if req.stream and p.decoder_input_details:
         raise LMIError("parameters.decoder_input_details: not available with stream=true", 
                        "parameters.decoder_input_details")

@@ -14,7 +14,7 @@ from .schema import LMI_DEFAULT_MAX_NEW_TOKENS, LMIRequest, stop_strings
 
 # vLLM's names -> the LMI field the client sent, for error messages.
 _FIELD_FOR_PARAM = {
-    "max_tokens": "parameters.max_new_tokens", "prompt": "inputs", "input_tokens": "inputs",
+    "max_tokens": "parameters.max_new_tokens", "prompt": "inputs", "input_tokens": "inputs", "model": "adapters",
     "truncate_prompt_tokens": "parameters.truncate", "temperature": "parameters.temperature",
     "top_p": "parameters.top_p", "top_k": "parameters.top_k", "seed": "parameters.seed",
     "stop": "parameters.stop", "repetition_penalty": "parameters.repetition_penalty",
