@@ -220,11 +220,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("api_key", "Bearer key vLLM's server requires on its /v1 routes (not /ping or /invocations, which SageMaker "
             "guards); passed in the environment, never printed.",
             secret=True, engine_env="VLLM_API_KEY"),
-    Setting("engine", "LMI's engine; this container runs vLLM in Python (accepted: Python). serving.properties may "
-            "write it top-level (engine=Python).", top_level=True, choices=("python",),
+    Setting("engine", "LMI's engine; serving.properties may write it top-level (engine=Python).", top_level=True, choices=("python",),
             instead="this container runs vLLM in one Python process: engine=Python (LMI's MPI engine is for lmi-dist "
                     "and TensorRT-LLM)", no_effect="the engine is always vLLM's, in Python"),
-    Setting("rolling_batch", "LMI's batching engine; this container always runs vLLM (accepted: vllm, auto, disable).",
+    Setting("rolling_batch", "LMI's batching engine.",
             choices=("vllm", "auto", "disable"),
             instead="this container always runs vLLM: use vllm, or leave it unset",
             no_effect="the engine is always vLLM, batching continuously"),
@@ -289,6 +288,12 @@ SETTINGS: tuple[Setting, ...] = (
             no_effect="chat bodies (messages) are always accepted on /invocations"),
     Setting("sharded", "TGI's sharding switch.", env=("SHARDED",),
             no_effect="tensor_parallel_size decides how the model is split"),
+    Setting("cpu_offload_gb", "GiB of weights each GPU offloads to CPU memory (LMI: cpu_offload_gb_per_gpu).",
+            flag="--cpu-offload-gb", aliases=("cpu_offload_gb_per_gpu",)),
+    Setting("lora_extra_vocab_size", "LMI's LoRA extra vocabulary (its vLLM guide lists it).",
+            no_effect="vLLM 0.32 has no extra LoRA vocabulary; adapters use the model's"),
+    Setting("max_seq_len_to_capture", "Older vLLM's CUDA-graph length limit (LMI examples set it).",
+            no_effect="vLLM 0.32 sizes CUDA graphs by its compilation config (option.compilation_config)"),
     Setting("enable_stateful_sessions", "SageMaker's sticky sessions: {\"requestType\": \"NEW_SESSION\"} and "
             "\"CLOSE\" bodies on /invocations, X-Amzn-SageMaker-Session-Id on requests (LMI's default: on).",
             parse=parse_bool, default=True, env=("SAGEMAKER_ENABLE_STATEFUL_SESSIONS",),

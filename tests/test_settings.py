@@ -488,6 +488,7 @@ def test_tgi_and_lmi_short_names_map(va, model_dir):
                              ({"OPTION_DTYPE": "fp32"}, "--dtype", "float32")]:
         assert argv_value(plan(va, model_dir, env), flag) == value, env
     assert "--trust-remote-code" in plan(va, model_dir, {"HF_TRUST_REMOTE_CODE": "true"}).argv
+    assert argv_value(plan(va, model_dir, {"OPTION_CPU_OFFLOAD_GB_PER_GPU": "4"}), "--cpu-offload-gb") == "4"
     p = plan(va, model_dir, {"SAGEMAKER_MAX_REQUEST_SIZE": "1048576"})
     assert p.env["SERVING_MAX_REQUEST_BYTES"] == "1048576"
 
