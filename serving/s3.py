@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -108,6 +109,7 @@ def download(url_text: str, dest: Path, max_concurrency: int = 16, client=None) 
         if path.is_file() and path.stat().st_size == size:
             continue  # already here from an earlier start
         todo.append((key, size, path))
+    _remove_partial_files(dest, {path for _, _, path in todo})
     skipped = len(objs) - len(todo)
     total = sum(s for _, s, _ in todo)
     log.info("downloading %s -> %s: %d files, %.1f MiB (%d already present)", url, dest, len(todo), total / 2**20,
@@ -136,6 +138,25 @@ def download(url_text: str, dest: Path, max_concurrency: int = 16, client=None) 
         raise S3SourceError(f"{len(errors)} of {len(todo)} downloads from {url} failed; first: {errors[0]}")
     log.info("download of %s complete (%d files fetched, %d skipped)", url, len(todo), skipped)
     return dest
+
+
+# s3transfer writes each file to "<name>.<8 hex digits>" and renames it when complete.
+_PARTIAL = re.compile(r"^(?P<name>.+)\.[0-9a-fA-F]{8}$")
+
+
+def _remove_partial_files(dest: Path, pending: set[Path]) -> None:
+    """Delete what an interrupted earlier start left half-written: temporary files of the objects
+    still to fetch. Nothing else in dest is touched, and a final name only ever holds a complete
+    file (the rename happens after the last byte), so the engine never sees a partial one."""
+    folders = {p.parent for p in pending}
+    for folder in folders:
+        if not folder.is_dir():
+            continue
+        for f in folder.iterdir():
+            m = _PARTIAL.match(f.name)
+            if m and f.is_file() and folder / m["name"] in pending:
+                log.info("removing %s, left half-written by an interrupted download", f)
+                f.unlink()
 
 
 def default_download_dir(url_text: str, cache_dir: Path) -> Path:

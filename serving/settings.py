@@ -215,6 +215,10 @@ SETTINGS: tuple[Setting, ...] = (
             "payload limit is 6 MiB.", parse=parse_positive_int, default=6 * 1024 * 1024,
             env=("SAGEMAKER_MAX_REQUEST_SIZE", "SERVING_MAX_REQUEST_BYTES"),
             engine_env="SERVING_MAX_REQUEST_BYTES"),
+    Setting("shutdown_timeout", "Graceful drain on SIGTERM (scale-in): new requests and /ping get 503 while requests in "
+            "flight get this many seconds to finish; then any left end with an error record and the process exits 0. "
+            "60 s is SageMaker's real-time invocation timeout.", parse=parse_positive_int, default=60,
+            flag="--shutdown-timeout", aliases=("drain_timeout",)),
     Setting("hf_token", "Hub token for gated models; passed to vLLM in the environment, never printed.",
             env=("HUGGING_FACE_HUB_TOKEN", "HF_TOKEN"), secret=True, engine_env="HF_TOKEN"),
     Setting("api_key", "Bearer key vLLM's server requires on its /v1 routes (not /ping or /invocations, which SageMaker "

@@ -14,13 +14,20 @@ import pytest
 from tools import launcher_process
 from tools.launcher_process import Server, free_port, stop, wait_ready  # noqa: F401  (re-exported for tests)
 
-# A planted secret: the startup log must never show it (tests/test_launcher_e2e.py).
+# Planted secrets: no log, argv, error message or error body may show them (tests/test_launcher_e2e.py).
 PLANTED_SECRET = "hf_PLANTEDsecretVALUE123"
+PLANTED_SECRETS = {
+    "HF_TOKEN": PLANTED_SECRET,
+    "AWS_ACCESS_KEY_ID": "AKIAPLANTEDKEYID4242",
+    "AWS_SECRET_ACCESS_KEY": "PLANTEDawsSECRETaccessKEY/4242+abc",
+    "AWS_SESSION_TOKEN": "PLANTEDawsSESSIONtoken4242",
+    "OPTION_API_KEY": "sk-PLANTEDapiKEY4242",  # a setting marked secret: vLLM then guards /v1 with it
+}
 
 
 def start_launcher(tmp: Path, env_extra: dict[str, str] | None = None, args: list[str] | None = None) -> Server:
-    """The launcher on a free loopback port, with a planted HF_TOKEN and the hub offline (loopback only)."""
-    env = {"HF_TOKEN": PLANTED_SECRET, "HF_HUB_OFFLINE": "1", **(env_extra or {})}
+    """The launcher on a free loopback port, with planted secrets and the hub offline (loopback only)."""
+    env = {**PLANTED_SECRETS, "HF_HUB_OFFLINE": "1", **(env_extra or {})}
     # nice: the server under test must not starve the test client (launcher_process.yield_cpu)
     return launcher_process.start_launcher(tmp, env, args, nice=10)
 

@@ -49,3 +49,77 @@ def test_startup_log_masks_the_hub_token(server):
     log = server.log()
     assert "setting hf_token=****  [env HF_TOKEN; launcher]" in log
     assert PLANTED_SECRET not in log
+
+
+def _leaks(text: str) -> list[str]:
+    from conftest import PLANTED_SECRETS
+
+    return [name for name, value in PLANTED_SECRETS.items() if value in text]
+
+
+def test_planted_secrets_reach_no_argv_log_or_error_body(server):
+    """HF_TOKEN, AWS keys and the api_key setting (planted by conftest) are in none of: every server
+    process's argv (/proc/PID/cmdline, which ps and vLLM's own args log show), the server's log,
+    the bodies of error answers, after requests that fail in each layer."""
+    import psutil
+    import urllib.error
+    from conftest import PLANTED_SECRETS
+
+    main = psutil.Process(server.proc.pid)
+    procs = [main, *main.children(recursive=True)]
+    assert len(procs) >= 2, "expected the API server and its engine process"
+    for p in procs:
+        with open(f"/proc/{p.pid}/cmdline", "rb") as f:
+            argv = f.read().decode(errors="replace")
+        assert not _leaks(argv), f"{p.pid} {p.name()} argv holds {_leaks(argv)}"
+
+    bodies = []
+    for path, raw, headers in [
+        ("/invocations", b'{"inputs": 5}', {}),  # our LMI validation
+        ("/invocations", b'{"inputs": "x",', {}),  # not JSON
+        ("/invocations", b'{"prompt": "x", "max_tokens": -1}', {}),  # vLLM's validation
+        ("/invocations", b'{"inputs": "x", "parameters": {"max_new_tokens": 5000}}', {}),  # past the context
+        ("/invocations", b'{"inputs": "' + b"a" * (7 << 20) + b'"}', {}),  # 413
+        ("/v1/completions", b'{"prompt": "x", "max_tokens": 2}', {}),  # no key: 401
+        ("/v1/completions", b'{"prompt": "x", "max_tokens": 2}', {"Authorization": "Bearer wrong"}),  # wrong key
+        ("/no-such-route", b"{}", {}),
+    ]:
+        req = urllib.request.Request(server.url + path, data=raw, headers={"Content-Type": "application/json", **headers})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                pytest.fail(f"{path} {raw[:40]!r} answered {r.status}")
+        except urllib.error.HTTPError as e:
+            assert 400 <= e.code < 500, (path, e.code)
+            bodies.append(e.read().decode(errors="replace"))
+    assert not _leaks("\n".join(bodies)), _leaks("\n".join(bodies))
+    # the key is in force (so it reached the engine, through its environment)
+    req = urllib.request.Request(server.url + "/v1/models",
+                                 headers={"Authorization": "Bearer " + PLANTED_SECRETS["OPTION_API_KEY"]})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        assert r.status == 200
+
+    log = server.log()
+    assert not _leaks(log), f"the server log holds {_leaks(log)}"
+
+
+def test_planted_secrets_reach_no_dry_run_or_config_error(tmp_path):
+    """--dry-run's report and command, and a configuration error's line, with every secret planted
+    (in the environment and as serving.properties options)."""
+    import os
+    import subprocess
+    import sys
+    from conftest import PLANTED_SECRETS, ROOT
+
+    (tmp_path / "serving.properties").write_text("option.hf_token=hf_PLANTEDfromPROPERTIES\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPTION_", "SM_VLLM_", "HF_", "AWS_"))}
+    env.update(PLANTED_SECRETS, SERVING_MODEL_DIR=str(tmp_path), SM_VLLM_API_KEY="sk-PLANTEDviaSMVLLM")
+    outs = []
+    for extra, rc in [({}, 0), ({"OPTION_MAX_MODEL_LEN": "lots"}, 2)]:
+        r = subprocess.run([sys.executable, "-m", "serving", "--dry-run"], cwd=ROOT, env={**env, **extra},
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == rc, r.stderr[-2000:]
+        outs.append(r.stdout + r.stderr)
+    assert "setting api_key=****" in outs[0] and "setting hf_token=****" in outs[0]
+    assert "max_model_len" in outs[1]
+    text = "\n".join(outs)
+    assert not _leaks(text) and "PLANTEDfromPROPERTIES" not in text and "PLANTEDviaSMVLLM" not in text, text

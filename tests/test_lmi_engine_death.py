@@ -1,22 +1,29 @@
-"""When the engine process dies, /ping stops saying healthy and the container exits non-zero.
+"""When an engine process dies under load, /ping stops saying healthy, every stream in flight
+ends (no client hangs), and the container exits non-zero within a stated bound.
 
-Needs its own server (it gets killed), started by the launcher like the container does.
+Each test needs its own server (it gets killed), started by the launcher like the container does.
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
+import json
 import threading
 import time
 import urllib.request
 
 import httpx
 import psutil
+import pytest
 
 from conftest import start_launcher, stop
 
-ENGINE_DEAD_EXIT = 4  # serving/exit_codes.py
+pytestmark = pytest.mark.engine
+
+ENGINE_DEAD_EXIT = 4  # serving/lmi/engine_watch.py
+EXIT_BOUND_S = 10  # engine watch: a poll, a second's grace for a stop signal, vLLM's clean-up
+TP2_EXIT_BOUND_S = 60  # a dead worker rank is noticed by the executor's own monitor first
+STREAMS = 4
 
 
 def _ping(url: str) -> int | None:
@@ -29,44 +36,92 @@ def _ping(url: str) -> int | None:
         return None  # not listening any more
 
 
-def test_engine_death_exits_nonzero_promptly(tmp_path):
+def _streams(url: str, n: int) -> list[dict]:
+    """n long LMI streams in threads; each dict gets 'first' (an Event), then 'raw' and 'error'."""
+    out = []
+    for i in range(n):
+        s = {"first": threading.Event(), "raw": b"", "error": None, "done": threading.Event()}
+
+        def run(s=s, i=i):
+            body = {"inputs": f"stream {i}", "stream": True, "parameters": {"max_new_tokens": 2000,
+                                                                             "ignore_eos_token": True}}
+            try:
+                with httpx.stream("POST", url + "/invocations", json=body, timeout=httpx.Timeout(10, read=120)) as r:
+                    for chunk in r.iter_raw():
+                        s["raw"] += chunk
+                        s["first"].set()
+            except Exception as e:  # noqa: BLE001 -- a cut connection is an acceptable end here
+                s["error"] = e
+            finally:
+                s["first"].set()
+                s["done"].set()
+
+        threading.Thread(target=run, daemon=True).start()
+        out.append(s)
+    return out
+
+
+def _kill_mid_load(srv, pick, bound: float) -> tuple[int, float, list[int | None], list[dict]]:
+    """Start streams, SIGKILL the process `pick` chooses, and return (exit status, seconds to exit,
+    /ping answers seen after the kill, streams)."""
+    streams = _streams(srv.url, STREAMS)
+    assert all(s["first"].wait(120) for s in streams) and all(s["raw"] for s in streams), \
+        [s["error"] for s in streams]
+    victim = pick(psutil.Process(srv.proc.pid).children(recursive=True))
+    t0 = time.monotonic()
+    victim.kill()
+    pings = []
+    while srv.proc.poll() is None and time.monotonic() - t0 < bound + 30:
+        pings.append(_ping(srv.url))
+        time.sleep(0.2)
+    rc = srv.proc.wait(timeout=5)
+    elapsed = time.monotonic() - t0
+    for s in streams:
+        assert s["done"].wait(10), "a stream was still open after the server exited"
+    return rc, elapsed, pings, streams
+
+
+def _assert_ends_with_error_record(s: dict) -> None:
+    assert s["error"] is None, f"the stream was cut instead of ended: {s['error']}"
+    lines = [json.loads(line) for line in s["raw"].decode().splitlines()]  # every line complete JSON
+    last = lines[-1]
+    assert "error" in last and last["code"] == 500 and "generation failed" in last["error"], lines[-3:]
+
+
+def _named(procs, *names):
+    found = [p for p in procs if any(n in " ".join(p.cmdline()) or p.name().startswith("VLLM::" + n) for n in names)]
+    assert found, f"no {names} process under the server: {[p.name() for p in procs]}"
+    return found
+
+
+def test_engine_death_under_load_exits_nonzero_promptly(tmp_path):
     srv = start_launcher(tmp_path)
     try:
         assert _ping(srv.url) == 200
-        engines = [p for p in psutil.Process(srv.proc.pid).children(recursive=True)
-                   if "EngineCore" in " ".join(p.cmdline()) or p.name().startswith("VLLM::EngineCore")]
-        assert engines, "no EngineCore process found under the server"
-        # An LMI stream in flight when the engine dies: it must end with a complete record naming the error.
-        lines: list[bytes] = []
-        first = threading.Event()
-
-        def read_stream():
-            body = {"inputs": "Deep learning is", "stream": True,
-                    "parameters": {"max_new_tokens": 2000, "ignore_eos_token": True}}
-            try:
-                with httpx.stream("POST", srv.url + "/invocations", json=body, timeout=60) as r:
-                    for line in r.iter_lines():
-                        lines.append(line.encode())
-                        first.set()
-            except httpx.HTTPError:
-                pass
-            first.set()
-
-        reader = threading.Thread(target=read_stream, daemon=True)
-        reader.start()
-        assert first.wait(60) and lines, "the stream sent nothing before the engine was killed"
-        t0 = time.monotonic()
-        os.kill(engines[0].pid, signal.SIGKILL)
-        rc = srv.proc.wait(timeout=30)
-        elapsed = time.monotonic() - t0
-        reader.join(30)
+        rc, elapsed, pings, streams = _kill_mid_load(srv, lambda ps: _named(ps, "EngineCore")[0], EXIT_BOUND_S)
     finally:
         stop(srv.proc)
-    last = json.loads(lines[-1])
-    assert "error" in last and last["code"] == 500 and "generation failed" in last["error"], lines[-3:]
-    assert all(json.loads(line) for line in lines), "every line of the stream is complete JSON"
     log = srv.log()
     assert rc == ENGINE_DEAD_EXIT, f"exit status {rc}\n{log[-3000:]}"
-    assert elapsed < 10, f"took {elapsed:.1f}s to exit"
+    assert elapsed < EXIT_BOUND_S, f"took {elapsed:.1f}s to exit"
+    assert 200 not in pings[1:], pings
     assert "the engine process died" in log
     assert _ping(srv.url) is None
+    for s in streams:  # each stream ended with a complete record naming the error -- never a hang
+        _assert_ends_with_error_record(s)
+
+
+def test_tp2_worker_rank_death_does_not_hang(tmp_path):
+    """Tensor parallel 2 on the CPU engine (one core per rank); SIGKILL rank 1's worker mid-load."""
+    srv = start_launcher(tmp_path, {"OPTION_TENSOR_PARALLEL_DEGREE": "2", "VLLM_CPU_OMP_THREADS_BIND": "0|1",
+                                    "OPTION_KV_CACHE_MEMORY_BYTES": "268435456"})
+    try:
+        assert "tensor_parallel_size=2" in srv.log()
+        rc, elapsed, pings, streams = _kill_mid_load(
+            srv, lambda ps: _named(ps, "Worker_TP1", "TP1")[0], TP2_EXIT_BOUND_S)
+    finally:
+        stop(srv.proc)
+    log = srv.log()
+    assert rc != 0, f"exit status 0 after a rank died\n{log[-3000:]}"
+    assert elapsed < TP2_EXIT_BOUND_S, f"took {elapsed:.1f}s to exit\n{log[-3000:]}"
+    assert 200 not in pings[2:], pings

@@ -96,3 +96,50 @@ def test_launcher_exits_non_zero_on_an_empty_prefix(bucket, s3_env, tmp_path):
                        timeout=300)
     assert r.returncode == 3
     assert "s3://models/missing/ holds no objects" in r.stderr
+
+
+def test_interrupted_download_restarts_cleanly_and_never_leaves_a_half_file(bucket, s3_env, tmp_path):
+    """SIGKILL the launcher halfway through fetching a large weights file, then start again: no
+    final file name ever holds a partial file, the next start removes the half-written temporary
+    file, fetches what is missing and ends with the exact model."""
+    import hashlib
+    import signal
+    import time
+
+    import boto3
+
+    big = os.urandom(1 << 20) * 192  # 192 MiB: takes a while even on loopback
+    s3 = boto3.client("s3")
+    for rel in bucket["files"]:
+        s3.upload_file(str(bucket["src"] / rel), "models", "big/" + rel.as_posix())
+    s3.put_object(Bucket="models", Key="big/model-00002.safetensors", Body=big)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPTION_", "SM_VLLM_", "HF_"))}
+    env.update(s3_env)
+    dest = tmp_path / "dl"
+    env.update({"SERVING_MODEL_DIR": str(tmp_path / "none"), "OPTION_MODEL_ID": "s3://models/big/",
+                "SERVING_DOWNLOAD_DIR": str(dest)})
+    cmd = [sys.executable, "-m", "serving", "--prepare-only"]
+
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    partial = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        partial = [p for p in dest.glob("model-00002.safetensors.*") if 0 < p.stat().st_size < len(big)] \
+            if dest.is_dir() else []
+        if partial:
+            break
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    assert partial, "the download finished before it could be interrupted"
+    final = dest / "model-00002.safetensors"
+    assert not final.exists() or final.stat().st_size == len(big), "a final file name holds a partial file"
+
+    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "left half-written by an interrupted download" in r.stderr
+    assert hashlib.sha256(final.read_bytes()).digest() == hashlib.sha256(big).digest()
+    for rel in bucket["files"]:
+        assert (dest / rel).read_bytes() == (bucket["src"] / rel).read_bytes()
+    assert sorted(p.name for p in dest.iterdir() if p.is_file()) == \
+        sorted({rel.parts[0] for rel in bucket["files"] if len(rel.parts) == 1} | {final.name})

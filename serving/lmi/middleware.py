@@ -11,7 +11,8 @@ It sits in front of vLLM's own app and only touches `POST /invocations` (and the
   answered exactly as vLLM answers it (SSE when streaming; with output_formatter=jsonlines the
   same chunks one a line, as LMI streams them);
 - a JSON body of none of these kinds gets LMI's 424 naming the three.
-On the lifespan it starts the engine watch that ends the process non-zero if the engine dies.
+On the lifespan it starts the engine watch that ends the process non-zero if the engine dies,
+and hooks the graceful drain on SIGTERM (drain.py), which sees every HTTP request.
 """
 from __future__ import annotations
 
@@ -19,9 +20,11 @@ import asyncio
 import json
 import logging
 import os
+import re
 
 from ..settings import TABLE, engine_value
 from . import schema, stream, translate
+from .drain import Drain
 from .engine_watch import EngineWatch
 from .errors import LMIError, send_error, send_json
 
@@ -29,7 +32,12 @@ log = logging.getLogger("vllm.lmi")
 
 LIMIT_ENV = TABLE["max_request_bytes"].engine_env
 DEFAULT_MAX_REQUEST_BYTES = TABLE["max_request_bytes"].default
-DRAIN_FACTOR = 4
+# A body over the limit is still read (and dropped), up to this many times the limit and this
+# long, before the 413 goes out: clients such as requests and urllib send the whole body before
+# they read an answer, and a connection closed under them reads as a reset, not a 413 (nginx's
+# lingering close does the same).
+DISCARD_FACTOR = 16
+DISCARD_S = 30.0
 ADAPTER_HEADER = b"x-amzn-sagemaker-adapter-identifier"  # SageMaker's LoRA adapter header
 SESSION_HEADER = "X-Amzn-SageMaker-Session-Id"
 
@@ -50,11 +58,25 @@ class LMIMiddleware:
         self.tgi = engine_value("tgi_compat", os.environ)
         self.openai_jsonlines = engine_value("output_formatter", os.environ) == "jsonlines"
         self.watch: EngineWatch | None = None
+        self.drain = Drain()
 
     async def __call__(self, scope, receive, send):
         kind = scope["type"]
-        if kind == "http" and scope["path"] == "/invocations" and scope["method"] == "POST":
-            await self._invocations(scope, receive, send)
+        if kind == "http":
+            if self.drain.refuses(scope):
+                await self.drain.refuse(send)
+                return
+            req = self.drain.track(send)
+            try:
+                if scope["path"] == "/invocations" and scope["method"] == "POST":
+                    await self._invocations(scope, receive, req.send)
+                else:
+                    await self.app(scope, receive, req.send)
+            except asyncio.CancelledError:
+                if not req.forced:  # not ended by the drain: someone else's cancellation
+                    raise
+            finally:
+                self.drain.untrack(req)
         elif kind == "lifespan":
             await self.app(scope, self._lifespan_receive(scope, receive), self._lifespan_send(scope, send))
         else:
@@ -67,6 +89,7 @@ class LMIMiddleware:
             if message["type"] == "lifespan.startup.complete":
                 client = getattr(scope["app"].state, "engine_client", None)
                 if client is not None:
+                    self.drain.attach(client)  # before the watch, whose shutdown hook must run first
                     self.watch = EngineWatch(client)
                     self.watch.start()
             await send(message)
@@ -91,16 +114,21 @@ class LMIMiddleware:
         except _ClientGone:
             return
         except LMIError as e:
-            # Read (and drop) a moderately oversized body so the client gets the 413 rather
-            # than a reset connection; beyond DRAIN_FACTOR x the limit, just close.
-            drained = await _drain(receive, self.max_bytes * DRAIN_FACTOR)
-            await send_json(send, e.status, e.body(), [] if drained else [(b"connection", b"close")])
+            # A client that asked to continue has sent nothing yet: answer at once.
+            waiting = (b"expect", b"100-continue") in ((k, v.lower()) for k, v in scope["headers"])
+            read_all = not waiting and await _discard(receive, self.max_bytes * DISCARD_FACTOR, DISCARD_S)
+            await send_json(send, e.status, e.body(), [] if read_all else [(b"connection", b"close")])
             return
         try:
             doc = json.loads(body)
-        except ValueError as e:  # JSONDecodeError and bad UTF-8 alike
-            what = "empty" if not body.strip() else f"not valid JSON ({e})"
+        except (ValueError, RecursionError) as e:  # JSONDecodeError, bad UTF-8, nesting deeper than Python's stack
+            what = ("empty" if not body.strip() else "nested too deeply" if isinstance(e, RecursionError)
+                    else f"not valid JSON ({e})")
             await send_error(send, LMIError(f"body: the request body is {what}; send a JSON object", "body", 400))
+            return
+        if _LONE_SURROGATE_ESCAPE.search(body) and not _is_text(doc):
+            await send_error(send, LMIError("body: a string holds a lone UTF-16 surrogate escape (\\ud800-\\udfff "
+                                            "without its pair), which is not text; send valid Unicode", "body", 400))
             return
         kind = schema.body_kind(doc)
         if kind is None:
@@ -227,16 +255,22 @@ def _first_line(e: Exception) -> str:
     return str(e).splitlines()[0] if str(e) else type(e).__name__
 
 
-async def _drain(receive, budget: int) -> bool:
-    """Discard the rest of the request body; False if it is longer than budget."""
+async def _discard(receive, budget: int, seconds: float) -> bool:
+    """Read and drop the rest of the request body; False if it is longer than budget bytes,
+    takes longer than `seconds`, or the client went away."""
     seen = 0
-    while seen <= budget:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return False
-        seen += len(message.get("body", b""))
-        if not message.get("more_body", False):
-            return True
+    deadline = asyncio.get_running_loop().time() + seconds
+    try:
+        async with asyncio.timeout_at(deadline):
+            while seen <= budget:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return False
+                seen += len(message.get("body", b""))
+                if not message.get("more_body", False):
+                    return True
+    except TimeoutError:
+        pass
     return False
 
 
@@ -332,6 +366,29 @@ def session_answer_as_json(send):
     return wrapped
 
 
+# JSON may spell a surrogate as an escape; paired ones make one character, a lone one is no text
+# (the tokenizer refuses it with a message that names nothing).
+_LONE_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _is_text(doc) -> bool:
+    """True if every string in the document (keys included) is valid Unicode."""
+    todo = [doc]
+    while todo:
+        x = todo.pop()
+        if isinstance(x, str):
+            try:
+                x.encode("utf-8")
+            except UnicodeEncodeError:
+                return False
+        elif isinstance(x, dict):
+            todo.extend(x.keys())
+            todo.extend(x.values())
+        elif isinstance(x, list):
+            todo.extend(x)
+    return True
+
+
 def _replay(body: bytes, receive):
     """A receive() that hands the already-read body to vLLM, then the real connection events."""
     sent = False
@@ -356,6 +413,9 @@ async def _unless_disconnected(coro, receive):
     watcher = asyncio.ensure_future(disconnected())
     try:
         done, _ = await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:  # e.g. the drain ended this request: vLLM aborts it
+        work.cancel()
+        raise
     finally:
         watcher.cancel()
     if work in done:
