@@ -101,7 +101,7 @@ FIELDS = {  # LMI parameter -> values it refuses, whatever their type
     "max_new_tokens": st.one_of(st.integers(max_value=0), st.integers(min_value=2049), st.text(), st.floats()),
     "temperature": st.one_of(st.floats(max_value=-0.001), st.floats(min_value=2.001), st.text(), st.booleans()),
     "top_p": st.one_of(st.floats(max_value=0), st.floats(min_value=1.001), st.text()),
-    "top_k": st.one_of(st.integers(max_value=-2), st.integers(min_value=2**31), st.text(),
+    "top_k": st.one_of(st.integers(max_value=-2), st.integers(min_value=2**63), st.text(),
                        st.floats()),  # strict: 3.0 is no integer
     "do_sample": st.one_of(st.integers(), st.text(), st.lists(st.booleans())),
     "seed": st.one_of(st.integers(max_value=-1), st.integers(min_value=2**63), st.text()),

@@ -17,7 +17,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from .errors import LMIError
 
 INT64_MAX = 2**63 - 1
-INT32_MAX = 2**31 - 1
 LMI_DEFAULT_MAX_NEW_TOKENS = 30  # LMI's documented default
 
 
@@ -33,9 +32,9 @@ class LMIParameters(BaseModel):
     max_new_tokens: int | None = Field(None, ge=1, description="an integer >= 1 (default 30)")
     temperature: float | None = Field(None, ge=0, le=2, description="a number in [0, 2] (0 means greedy)")
     top_p: float | None = Field(None, gt=0, le=1, description="a number in (0, 1]")
-    # The engine's sampler holds top_k in a 32-bit tensor: a larger value fails the request inside the engine.
-    top_k: int | None = Field(None, ge=-1, le=INT32_MAX,
-                              description="an integer from 1 to 2^31-1, or 0 / -1 for no limit")
+    # A top_k that does not fit 64 bits fails the request inside the engine (a 500), so it is refused here.
+    top_k: int | None = Field(None, ge=-1, le=INT64_MAX,
+                              description="an integer from 1 to 2^63-1, or 0 / -1 for no limit")
     do_sample: bool | None = _allowed("true or false (false: greedy decoding)")
     seed: int | None = Field(None, ge=0, le=INT64_MAX, description="an integer from 0 to 2^63-1")
     stop: str | list[str] | None = _allowed("a string or a list of strings")
