@@ -1,7 +1,7 @@
 """Loopback load test: many concurrent clients, a fixed number of requests, every answer checked.
 
-    .venv/bin/python bench/load.py --url http://127.0.0.1:8080                 # CI's size
-    .venv/bin/python bench/load.py --clients 256 --requests 4096 --tokens 64   # starts its own server
+    .venv/bin/python -m bench.load --url http://127.0.0.1:8080                 # CI's size
+    .venv/bin/python -m bench.load --clients 256 --requests 4096 --tokens 64   # starts its own server
 
 Bodies rotate through six kinds: LMI, OpenAI completion and OpenAI chat, each streamed and not;
 decoding is greedy with a fixed number of output tokens (EOS ignored). Before the load, each
@@ -26,7 +26,8 @@ from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
+from tools import launcher_process  # starts/stops the launcher; shared with the tests
+
 KINDS = ("lmi", "lmi-stream", "completion", "completion-stream", "chat", "chat-stream")
 PROMPTS = ("Deep learning is", "The capital of France", "Once upon a time", "SageMaker scales in",
            "A mixture of experts", "Hopper tensor cores", "def fibonacci(n):", "{\"key\": [1, 2,")
@@ -172,8 +173,6 @@ def main() -> int:
     args = ap.parse_args()
     srv = None
     if args.url is None:
-        sys.path.insert(0, str(ROOT / "tests"))
-        import launcher_process
         srv = launcher_process.start_launcher(Path(tempfile.mkdtemp(prefix="load-")), nice=10)
         args.url = srv.url
     try:

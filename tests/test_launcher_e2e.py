@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -108,14 +109,15 @@ def test_planted_secrets_reach_no_dry_run_or_config_error(tmp_path):
     import os
     import subprocess
     import sys
-    from conftest import PLANTED_SECRETS, ROOT
+    from conftest import PLANTED_SECRETS
+    root = Path(__file__).resolve().parent.parent
 
     (tmp_path / "serving.properties").write_text("option.hf_token=hf_PLANTEDfromPROPERTIES\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPTION_", "SM_VLLM_", "HF_", "AWS_"))}
     env.update(PLANTED_SECRETS, SERVING_MODEL_DIR=str(tmp_path), SM_VLLM_API_KEY="sk-PLANTEDviaSMVLLM")
     outs = []
     for extra, rc in [({}, 0), ({"OPTION_MAX_MODEL_LEN": "lots"}, 2)]:
-        r = subprocess.run([sys.executable, "-m", "serving", "--dry-run"], cwd=ROOT, env={**env, **extra},
+        r = subprocess.run([sys.executable, "-m", "serving", "--dry-run"], cwd=root, env={**env, **extra},
                            capture_output=True, text=True, timeout=300)
         assert r.returncode == rc, r.stderr[-2000:]
         outs.append(r.stdout + r.stderr)

@@ -8,14 +8,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import sys
 
 import pytest
 
-from conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "bench"))
-import load  # noqa: E402
+from bench import load
 
 pytestmark = pytest.mark.engine
 
