@@ -182,7 +182,7 @@ def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
         from .vllm_args import VllmArgs
         vllm_args = VllmArgs()
     sources = cfg.Sources(env, vllm_args)
-    ctx = Context(gpus=lambda: visible_gpus(env))
+    ctx = Context(gpus=lambda: visible_gpus(env), gpu_build=not is_cpu_build())
     user = sources.resolve(ctx)
     kind, model_path, s3_url = _model(user)
     adapters = find_adapters(model_path) if kind != "hub" else {}

@@ -156,10 +156,13 @@ def rank(level: Level, setting: "Setting | None", name: str) -> tuple[int, int, 
 class Context:
     """Facts about the machine that some values depend on; `gpus` is counted only when asked."""
     gpus: Callable[[], int] = lambda: 0
+    gpu_build: bool = False  # each tensor parallel rank needs a GPU (the CPU build runs ranks on cores)
 
 
 def expand_tp(value: object, ctx: Context) -> object:
     if value != "max":
+        if ctx.gpu_build and isinstance(value, int) and value > 1 and value > (n := ctx.gpus()):
+            raise SettingValueError(f"{value} is more than the {n} visible GPU(s); allowed: 1 to {max(n, 1)}, or max")
         return value
     n = ctx.gpus()
     if n < 1:

@@ -70,6 +70,25 @@ def test_bad_configuration_exits_2_with_one_line_naming_the_key(clean_env, tmp_p
     assert len(errors) == 1 and key in errors[0], out.err
 
 
+@pytest.mark.parametrize("env", [{"OPTION_TENSOR_PARALLEL_DEGREE": "8"}, {"SM_NUM_GPUS": "4"},
+                                 {"OPTION_TENSOR_PARALLEL_SIZE": "3", "CUDA_VISIBLE_DEVICES": "0,1"}])
+def test_tensor_parallel_above_the_gpu_count_is_named(vllm_args, tmp_path, env):
+    """On the GPU build each rank needs a GPU. This machine runs the CPU build (whose ranks are
+    processes on CPU cores, so it has no such limit): the machine is described to the resolution
+    the way the launcher describes a GPU host, with the GPUs CUDA_VISIBLE_DEVICES lists."""
+    from serving.launcher import visible_gpus
+    from serving.settings import Context
+
+    env = {"CUDA_VISIBLE_DEVICES": "0,1", "SERVING_MODEL_DIR": str(tmp_path), **env}
+    ctx = Context(gpus=lambda: visible_gpus(env), gpu_build=True)
+    with pytest.raises(cfg.ConfigError) as e:
+        cfg.resolve(env, vllm_args, ctx)
+    assert str(e.value).startswith("tensor_parallel_size from env ")
+    assert "is more than the 2 visible GPU(s); allowed: 1 to 2, or max" in str(e.value)
+    ok = cfg.resolve({**env, "OPTION_TENSOR_PARALLEL_SIZE": "2"}, vllm_args, ctx)
+    assert ok.settings.tensor_parallel_size == 2
+
+
 # -- generated ---------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,8 @@
 """Graceful drain: SIGTERM to the container's main process while streams are in flight.
 
 Its own server (it is stopped), started by the launcher with a short drain timeout and a
-long context, so one stream cannot finish within the drain while the short ones do:
+tiny model with a long context, so one stream cannot finish within the drain while the short
+ones do:
 - the short streams (LMI and OpenAI, streamed and not) complete whole, equal to their greedy
   answers taken before the signal;
 - from the signal on, /ping and new requests get 503;
@@ -20,6 +21,7 @@ import httpx
 import pytest
 
 from conftest import start_launcher, stop
+from serving.tiny_model import TinySpec, ensure
 
 pytestmark = pytest.mark.engine
 
@@ -76,8 +78,10 @@ class Stream(threading.Thread):
 
 
 def test_sigterm_drains_in_flight_streams_then_exits_0(tmp_path):
-    srv = start_launcher(tmp_path, {"OPTION_SHUTDOWN_TIMEOUT": str(DRAIN_S), "OPTION_MAX_MODEL_LEN": "16384",
-                                    "VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"})
+    # The tiny model with room for the long stream's positions (the embedded one has 2,048).
+    model = ensure(tmp_path / "long-context", TinySpec(max_position=LONG + 1024))
+    srv = start_launcher(tmp_path, {"OPTION_SHUTDOWN_TIMEOUT": str(DRAIN_S), "OPTION_MODEL_ID": str(model),
+                                    "OPTION_MAX_MODEL_LEN": str(LONG + 1024)})
     try:
         with httpx.Client(base_url=srv.url, timeout=120) as c:
             want = {p: c.post("/invocations", json=_lmi_body(p, SHORT, False)).json()["generated_text"]
