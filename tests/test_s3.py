@@ -28,6 +28,9 @@ def bucket(s3_env, tmp_path_factory):
     model = make(tmp_path_factory.mktemp("src") / "tiny", TinySpec(layers=1))
     (model / "extra").mkdir()
     (model / "extra" / "notes.txt").write_text("nested file\n")
+    # A LoRA adapter in LMI's layout (its config is all the launcher reads before the engine starts).
+    (model / "adapters" / "ad").mkdir(parents=True)
+    (model / "adapters" / "ad" / "adapter_config.json").write_text('{"r": 8, "target_modules": ["q_proj"]}')
     s3 = boto3.client("s3")
     s3.create_bucket(Bucket="models")
     files = sorted(p for p in model.rglob("*") if p.is_file())
@@ -84,6 +87,7 @@ def test_launcher_fetches_an_s3_model_before_start(bucket, s3_env, tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     assert (tmp_path / "dl" / "model.safetensors").stat().st_size == (bucket["src"] / "model.safetensors").stat().st_size
     assert "download of s3://models/tiny/ complete" in r.stderr
+    assert "LoRA adapters: ad (chosen per request" in r.stderr  # found in the download, served by the engine
     assert "SECRET" not in r.stdout + r.stderr
 
 
