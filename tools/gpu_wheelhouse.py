@@ -55,19 +55,22 @@ def read_pins(path: Path) -> dict[str, str]:
     return pins
 
 
+def resolve(uv: str, src: Path, out: Path, python: str = PY, override: Path | None = None) -> int:
+    """Resolve requirements file src for CPython `python` on manylinux x86_64 into the lock out."""
+    cmd = [uv, "pip", "compile", str(src), "--python-version", python, "--python-platform", UV_PLATFORM,
+           "--no-header", "--no-annotate"]
+    if override:
+        cmd += ["--override", str(override)]
+    body = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    over = f" with requirements/{override.name}" if override else ""
+    out.write_text(f"# The complete GPU runtime (CPython {python}, manylinux x86_64), resolved from requirements/"
+                   f"{src.name}{over}.\n# Installed as is with pip --no-deps. Regenerate: make gpu-lock\n" + body)
+    return len(read_pins(out))
+
+
 def lock(uv: str) -> None:
-    header = ("# The complete GPU runtime (CPython {py}, manylinux x86_64), resolved from requirements/{src}{over}.\n"
-              "# Installed as is with pip --no-deps. Regenerate: make gpu-lock\n")
-    jobs = [("gpu.txt", "gpu.lock", REQ / "gpu-overrides.txt"), ("smoke.txt", "smoke.lock", None)]
-    for src, out, override in jobs:
-        cmd = [uv, "pip", "compile", str(REQ / src), "--python-version", PY, "--python-platform", UV_PLATFORM,
-               "--no-header", "--no-annotate"]
-        if override:
-            cmd += ["--override", str(override)]
-        body = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-        over = f" with requirements/{override.name}" if override else ""
-        (REQ / out).write_text(header.format(py=PY, src=src, over=over) + body)
-        print(f"requirements/{out}: {len(read_pins(REQ / out))} packages")
+    for src, out, override in (("gpu.txt", "gpu.lock", REQ / "gpu-overrides.txt"), ("smoke.txt", "smoke.lock", None)):
+        print(f"requirements/{out}: {resolve(uv, REQ / src, REQ / out, PY, override)} packages")
 
 
 def selection(host_freeze: Path | None, skip: list[str]) -> tuple[dict[str, str], dict[str, str]]:

@@ -62,9 +62,9 @@ CPU_BUILD_ARGS = {
     "PIP_UNINSTALL": "torchvision torchaudio torchcodec",
 }
 # The GPU flavour as built here: the image's own GPU build arguments (the Dockerfile's defaults),
-# except the base: nvidia/cuda cannot be pulled here, so the local Debian base stands in (its
-# Python 3.11 for Ubuntu 24.04's 3.12; every locked wheel exists for both). It cannot serve
-# without a GPU; `gpu` checks what can be checked inside it.
+# except the base: nvidia/cuda cannot be pulled here, so the local Debian base stands in (with
+# its Python 3.11; see build_gpu). It cannot serve without a GPU; `gpu` checks what can be
+# checked inside it.
 GPU_BUILD_ARGS = {"BASE_IMAGE": BASE_IMAGE, "REQUIREMENTS": "requirements/gpu.lock", "PIP_DEPS": "--no-deps",
                   "PIP_UNINSTALL": ""}
 GPU_CHECKS = (
@@ -425,12 +425,36 @@ def clean(all_: bool = False) -> None:
 
 
 def build_gpu(keep: bool = False) -> int:
-    """Build the GPU flavour (GPU_BUILD_ARGS), run GPU_CHECKS in it, print time and size."""
+    """Build the GPU flavour (GPU_BUILD_ARGS), run GPU_CHECKS in it, print time and size.
+
+    requirements/gpu.lock is resolved for the image's CPython 3.12, which no Debian release has; the
+    build here resolves the same requirements and override for the base's Python instead (with uv,
+    as `make gpu-lock` does) into a copy of the committed tree. It checks the GPU flavour's build
+    steps and its contents, not the exact wheel set the image ships (the H200 run installs that one)."""
+    from tools import gpu_wheelhouse
+
     ensure_tools()
     ensure_base()
-    t0 = time.monotonic()
-    build(GPU_TEST_IMAGE, extra_args=GPU_BUILD_ARGS, host_wheels=False)
-    log(f"GPU flavour built in {time.monotonic() - t0:.0f} s")
+    uv = shutil.which("uv") or str(ROOT / ".venv" / "bin" / "uv")
+    if not Path(uv).exists():
+        raise SystemExit("uv is needed to resolve the GPU runtime for the base's Python: run `make gpu-lock` once")
+    ctr = out(BUILDAH + ["from", BASE_IMAGE]).strip()
+    try:
+        py = out(BUILDAH + ["run", "--isolation", "chroot", ctr, "--", "python3", "-c",
+                            "import sys; print('%d.%d' % sys.version_info[:2])"]).strip()
+    finally:
+        subprocess.run(BUILDAH + ["rm", ctr], capture_output=True)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    ctx = head_context(Path(tempfile.mkdtemp(prefix="gpu-context-", dir=CACHE)))
+    try:
+        req = ctx / "requirements"
+        n = gpu_wheelhouse.resolve(uv, req / "gpu.txt", req / "gpu.lock", py, req / "gpu-overrides.txt")
+        log(f"GPU runtime resolved for the base's Python {py}: {n} packages")
+        t0 = time.monotonic()
+        build(GPU_TEST_IMAGE, extra_args=GPU_BUILD_ARGS, context=str(ctx), host_wheels=False)
+        log(f"GPU flavour built in {time.monotonic() - t0:.0f} s")
+    finally:
+        shutil.rmtree(ctx, ignore_errors=True)
     sizes = out(BUILDAH + ["images", "--format", "{{.Name}}:{{.Tag}} {{.Size}}"])
     log("image size: " + next((ln for ln in sizes.splitlines() if ln.startswith(GPU_TEST_IMAGE)), "?"))
     failed = 0
