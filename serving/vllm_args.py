@@ -29,6 +29,19 @@ def _raising_parser():
         def error(self, message):  # argparse would print usage and exit
             raise _ParseError(message)
 
+    try:
+        return make_arg_parser(Parser(description="vLLM OpenAI server", add_help=False))
+    except RuntimeError as e:
+        if "infer device type" not in str(e):
+            raise
+    # The GPU build of vLLM on a host without a GPU (a dry run on a laptop or in CI) cannot infer
+    # its device, and the parser's defaults ask for one; the arguments themselves do not depend on
+    # it. This process only parses (the engine runs in the process that replaces it), so parse as
+    # the CPU platform.
+    import vllm.platforms
+    from vllm.platforms.cpu import CpuPlatform
+
+    vllm.platforms.current_platform = CpuPlatform()
     return make_arg_parser(Parser(description="vLLM OpenAI server", add_help=False))
 
 
