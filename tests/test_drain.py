@@ -6,7 +6,8 @@ ones do:
 - the short streams (LMI and OpenAI, streamed and not) complete whole, equal to their greedy
   answers taken before the signal;
 - from the signal on, /ping and new requests get 503;
-- the long stream gets a final error record when the drain timeout ends, and is closed;
+- the long streams (LMI and OpenAI) get a final error record in their own format when the
+  drain timeout ends, and are closed;
 - the process exits 0, within the drain timeout plus a bound.
 """
 from __future__ import annotations
@@ -89,9 +90,10 @@ def test_sigterm_drains_in_flight_streams_then_exits_0(tmp_path):
             short = [Stream(srv.url, _lmi_body("Deep learning is", SHORT, True)),
                      Stream(srv.url, _openai_body("The drain", SHORT, True))]
             long = Stream(srv.url, _lmi_body("Hello", LONG, True))
-            for s in (long, *short):
+            long_sse = Stream(srv.url, _openai_body("Hello", LONG, True))
+            for s in (long, long_sse, *short):
                 s.start()
-            for s in (long, *short):
+            for s in (long, long_sse, *short):
                 assert s.first.wait(60) and s.error is None, f"no first bytes: {s.error}"
             # a non-streamed request in flight too, answered whole after the signal
             plain: dict = {}
@@ -116,6 +118,7 @@ def test_sigterm_drains_in_flight_streams_then_exits_0(tmp_path):
                 s.join(DRAIN_S)
             t_plain.join(DRAIN_S)
             long.join(EXIT_BOUND_S)
+            long_sse.join(EXIT_BOUND_S)
             rc = srv.proc.wait(EXIT_BOUND_S)
             exited = time.monotonic() - t0
     finally:
@@ -140,6 +143,12 @@ def test_sigterm_drains_in_flight_streams_then_exits_0(tmp_path):
     assert records[-1]["code"] == 503 and "drain timeout" in records[-1]["error"], records[-1]
     assert DRAIN_S - 1 < long.ended_at - t0 < DRAIN_S + 5, f"long stream closed after {long.ended_at - t0:.1f}s"
 
+    assert long_sse.status == 200 and long_sse.error is None, long_sse.error
+    text, events = _sse_text(long_sse.raw)
+    assert 0 < len(text) < LONG and events[-1] == "data: [DONE]", events[-2:]
+    err = json.loads(events[-2][len("data: "):])["error"]
+    assert err["code"] == 503 and "drain timeout" in err["message"], err
+
     assert rc == 0, f"exit status {rc}\n{log[-3000:]}"
     assert exited < EXIT_BOUND_S
-    assert "drain: timeout of 15s reached; ending 1 request(s) still running" in log
+    assert "drain: timeout of 15s reached; ending 2 request(s) still running" in log
