@@ -1,6 +1,6 @@
 """The image against stock vLLM 0.32.0 in the real engine, side by side on one GPU.
 
-    python bench/e2e_bench.py --stock-site DIR --image-python PY --models-dir DIR --out DIR [--reps 3] [--profile]
+    python -m bench.e2e_bench --stock-site DIR --image-python PY --models-dir DIR --out DIR [--reps 3] [--profile]
 
 Every arm is an HTTP server on loopback: "image" is this project's launcher (./entrypoint.sh serve:
 the patched vLLM, configs/, the image's settings); "stock" is vLLM's own OpenAI server from the
@@ -399,7 +399,7 @@ def summarize(results: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="bench/e2e_bench.py", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m bench.e2e_bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--stock-site", required=True, help="folder holding the pristine vllm package (stock arm)")
     p.add_argument("--image-python", default=sys.executable, help="Python with the patched vLLM (both arms run it)")
     p.add_argument("--models-dir", type=Path, required=True, help="where the models are made (kept between runs)")
@@ -420,7 +420,6 @@ def main(argv: list[str] | None = None) -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     if a.work.exists():
         shutil.rmtree(a.work)
-    sys.path.insert(0, str(ROOT))
     from serving.tiny_model import TinySpec, ensure, preset_spec
 
     chosen = [m for m in MODELS + (CPU_CHECK,) if m.name in a.models]

@@ -40,7 +40,7 @@ all)
     step "stock vLLM 0.32.0 beside it (pristine wheel)"
     "$GPU_VENV/bin/python" -m pip install -q --no-index --no-deps --find-links "$WH" --target "$STOCK" vllm==0.32.0
     step "engine benchmark"
-    "$GPU_VENV/bin/python" bench/e2e_bench.py --stock-site "$STOCK" --image-python "$GPU_VENV/bin/python" \
+    "$GPU_VENV/bin/python" -m bench.e2e_bench --stock-site "$STOCK" --image-python "$GPU_VENV/bin/python" \
         --models-dir /root/models --out "$RES/e2e" --ready-timeout 480 --profile ${E2E_ARGS:-}
     step "done"
     touch "$RES/DONE"
