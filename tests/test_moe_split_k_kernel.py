@@ -25,8 +25,11 @@ def result(tmp_path_factory):
     assert spec is not None, "vLLM is not installed (make venv)"
     if "def fused_moe_kernel_split_k(" not in Path(spec.origin).read_text():
         pytest.fail("the installed vLLM lacks patch 0004 (run `python -m serving.patch_series apply`)")
-    env = dict(os.environ, TRITON_INTERPRET="1", MOE_BENCH_GEN_DIR=str(tmp_path_factory.mktemp("gen")))
-    r = subprocess.run([sys.executable, "-m", "tests.moe_split_k_check", spec.origin],
+    # Run by path: a package named `tests` in site-packages (smdebug_rulesconfig, through sagemaker-core)
+    # would shadow this folder for `python -m tests....`.
+    env = dict(os.environ, TRITON_INTERPRET="1", MOE_BENCH_GEN_DIR=str(tmp_path_factory.mktemp("gen")),
+               PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
+    r = subprocess.run([sys.executable, str(ROOT / "tests" / "moe_split_k_check.py"), spec.origin],
                        cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
