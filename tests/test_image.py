@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -67,9 +68,11 @@ def container(image, tmp_path_factory):
     logs = tmp_path_factory.mktemp("run")
     port = free_port()
     t = time.monotonic()
+    t0 = time.time() - 1  # files older than this come from the image itself
     c = ib.start(image, {"OPTION_HOST": "127.0.0.1", "OPTION_PORT": str(port),
                          "VLLM_CPU_OMP_THREADS_BIND": "auto"}, logs / "container.log")
     c.url = f"http://127.0.0.1:{port}"
+    c.t0 = t0
     c.started = time.time()
     try:
         wait_ready(c.url, c.proc, c.log_path, timeout=600)
@@ -100,7 +103,8 @@ def test_image_metadata(image):
     assert cfg["Entrypoint"][-1] == "entrypoint.sh" and os.path.basename(cfg["Entrypoint"][0]) == "tini"
     assert cfg["Cmd"] == ["serve"]
     hc = cfg.get("Healthcheck") or {}
-    assert hc.get("Test", [""])[0] == "CMD" and "/ping" in " ".join(hc["Test"])
+    # python -m serving --healthcheck probes /ping on the port the settings resolve (test_healthcheck_command_passes)
+    assert hc.get("Test", [""])[0] == "CMD" and hc["Test"][-1] == "--healthcheck"
     labels = cfg["Labels"]
     assert labels["lmi-fp8-moe.vllm.version"] == ib.series_vllm_version()
     assert labels["lmi-fp8-moe.vllm.patches"] == ib.series_patches()
@@ -153,6 +157,28 @@ def test_in_container_facts(container):
     # The model made at build time was served as is, not remade at start.
     st = container.exec(["stat", "-c", "%Y", "/opt/lmi/cache/tiny-qwen3-moe/model.safetensors"])
     assert st.returncode == 0 and int(st.stdout) < container.started, "the baked tiny model was remade"
+
+
+# Where the running container may write: its cache (HF, vLLM, Triton, S3 downloads), /tmp, the model
+# folder; and what the runtime itself provides (buildah run writes these, as Docker does).
+WRITABLE = ("/opt/lmi/cache/", "/tmp/", "/opt/ml/model/")
+RUNTIME_FILES = ("/etc/hosts", "/etc/resolv.conf", "/etc/hostname", "/run/")
+
+
+def test_writes_only_to_cache_tmp_and_model(container, http):
+    """After start and served requests, no file outside the writable folders was created or changed,
+    so the image runs with a read-only root filesystem and writable cache and model volumes."""
+    assert http.post("/invocations", json={"inputs": "Hi", "parameters": {"max_new_tokens": 4}}).status_code == 200
+    root = ib.out(ib.BUILDAH + ["mount", container.name]).strip()
+    try:
+        found = subprocess.run(["find", root, "-xdev", "-newermt", f"@{container.t0:.0f}", "-not", "-type", "d"],
+                               capture_output=True, text=True, timeout=300).stdout.split("\n")
+    finally:
+        subprocess.run(ib.BUILDAH + ["umount", container.name], capture_output=True)
+    written = [p[len(root):] for p in found if p.startswith(root)]
+    outside = [p for p in written if not p.startswith(WRITABLE) and not p.startswith(RUNTIME_FILES)]
+    assert any(p.startswith("/opt/lmi/cache/") for p in written), "no write seen at all: the check is blind"
+    assert not outside, outside[:30]
 
 
 def test_healthcheck_command_passes(image, container):
