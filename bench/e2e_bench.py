@@ -409,7 +409,8 @@ def main(argv: list[str] | None = None) -> int:
                    choices=[m.name for m in MODELS + (CPU_CHECK,)])
     p.add_argument("--layers", type=int, default=4, help="decoder layers of every model (MoE dominates the step)")
     p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--waves", type=int, default=2, help="requests per client in each measured run")
+    p.add_argument("--waves", type=int, default=6,
+                   help="requests per client in each measured run (2 gave ±35%% swings between repetitions)")
     p.add_argument("--in-tokens", type=int, default=128)
     p.add_argument("--out-tokens", type=int, default=128)
     p.add_argument("--gpu-mem", type=float, default=0.08, help="each server's gpu-memory-utilization")
