@@ -76,7 +76,8 @@ gpu-wheelhouse:
 # On a GPU host: the GPU runtime (from the index, or from WHEELHOUSE with --no-index), the series
 # applied, and the FP8 MoE smoke tests at TP = every visible GPU. SMOKE_REQUIRE_GPU=1: a GPU stack
 # that does not import or sees no GPU fails the run, naming what is missing. The venv sees the
-# host's own packages behind its own (_host_site.pth), e.g. CUDA libraries a wheelhouse left out.
+# host's own packages behind its own (host-site/, through _host_site.pth), e.g. CUDA libraries a
+# wheelhouse left out; not torchvision/torchaudio/torchcodec, which are built for the host's torch.
 GPU_VENV ?= .venv-gpu
 GPU_PY := $(GPU_VENV)/bin/python
 smoke:
