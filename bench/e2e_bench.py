@@ -31,15 +31,15 @@ import os
 import random
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tools.launcher_process import free_port, stop
 
 ROOT = Path(__file__).resolve().parent.parent
 JIT_WARNING = "JIT compilation during inference"
@@ -186,13 +186,6 @@ class Workload:
 
 # --- servers -------------------------------------------------------------------------------------
 
-def _free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _cold_env(base: dict, home: Path) -> dict:
     """Every cache of this server under its own empty folder: a cold start, as on a fresh host."""
     home.mkdir(parents=True, exist_ok=True)
@@ -215,7 +208,7 @@ def _without_nvcc(env: dict) -> dict:
 
 
 def start_server(a, model: Model, arm: str, model_dir: Path, work: Path) -> Server:
-    port = _free_port()
+    port = free_port()
     name = f"{model.name}.{arm}"
     env = _cold_env(os.environ, work / "homes" / name)
     engine_args = {"max-num-seqs": str(MAX_NUM_SEQS), "max-model-len": str(a.in_tokens + a.out_tokens + 64),
@@ -270,16 +263,6 @@ def wait_ready(servers: list[Server], deadline_s: float) -> None:
     for s in servers:
         if s.failed:
             log(f"{s.name}: {s.failed}; log tail:\n{s.log()[-2500:]}")
-
-
-def stop(s: Server) -> None:
-    if s.proc.poll() is None:
-        os.killpg(s.proc.pid, signal.SIGTERM)
-        try:
-            s.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(s.proc.pid, signal.SIGKILL)
-            s.proc.wait(10)
 
 
 def log_facts(s: Server) -> dict:
@@ -360,15 +343,9 @@ def first_pass(wl: Workload, host: str) -> dict:
     firsts = {}
     for c in sorted(set(THROUGHPUT_CONCURRENCY) | set(LATENCY_CONCURRENCY)):
         t0 = time.perf_counter()
-        results = []
-        lock = threading.Lock()
-
-        def one(i):
-            r = streamed(host, _body(wl.model_id, wl.prompts[i], wl.out, True))
-            with lock:
-                results.append(r["ttft"])
         with ThreadPoolExecutor(c) as pool:
-            list(pool.map(one, range(c)))
+            results = list(pool.map(
+                lambda i: streamed(host, _body(wl.model_id, wl.prompts[i], wl.out, True))["ttft"], range(c)))
         firsts[str(c)] = {"first_ttft_ms": 1e3 * min(results), "max_ttft_ms": 1e3 * max(results),
                           "wall_s": time.perf_counter() - t0}
     sweep(wl, host, 1)
@@ -478,7 +455,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for s in servers:
             results["servers"].setdefault(s.name, {}).update(log_facts(s), **s.facts)
-            stop(s)
+            stop(s.proc, grace=60)
             (a.out / "logs").mkdir(exist_ok=True)
             shutil.copy(s.log_path, a.out / "logs" / f"{s.name}.log")
         save()
