@@ -41,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -319,8 +320,7 @@ class Container:
 
     def exec(self, argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
         """Run another process in the same container (same root, user and environment)."""
-        return subprocess.run(BUILDAH + ["run", "--isolation", "chroot", self.name, "--"] + argv,
-                              capture_output=True, text=True, timeout=timeout)
+        return run_in(self.name, argv, timeout)
 
     def descendants(self) -> list[int]:
         return _descendants(self.proc.pid)
@@ -341,6 +341,22 @@ class Container:
 
     def remove(self) -> None:
         subprocess.run(BUILDAH + ["rm", self.name], capture_output=True)
+
+
+def run_in(container: str, argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
+    """Run argv in a working container (its root, user and environment), output captured."""
+    return subprocess.run(BUILDAH + ["run", "--isolation", "chroot", container, "--"] + argv,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@contextmanager
+def scratch_container(image: str):
+    """A working container of `image` for run_in, removed afterwards."""
+    name = out(BUILDAH + ["from", image]).strip()
+    try:
+        yield name
+    finally:
+        subprocess.run(BUILDAH + ["rm", name], capture_output=True)
 
 
 def _children(pid: int) -> list[int]:
@@ -438,12 +454,11 @@ def build_gpu(keep: bool = False) -> int:
     uv = shutil.which("uv") or str(ROOT / ".venv" / "bin" / "uv")
     if not Path(uv).exists():
         raise SystemExit("uv is needed to resolve the GPU runtime for the base's Python: run `make gpu-lock` once")
-    ctr = out(BUILDAH + ["from", BASE_IMAGE]).strip()
-    try:
-        py = out(BUILDAH + ["run", "--isolation", "chroot", ctr, "--", "python3", "-c",
-                            "import sys; print('%d.%d' % sys.version_info[:2])"]).strip()
-    finally:
-        subprocess.run(BUILDAH + ["rm", ctr], capture_output=True)
+    with scratch_container(BASE_IMAGE) as ctr:
+        r = run_in(ctr, ["python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
+    if r.returncode:
+        raise RuntimeError(f"python3 in {BASE_IMAGE} failed: {r.stderr.strip()[-500:]}")
+    py = r.stdout.strip()
     CACHE.mkdir(parents=True, exist_ok=True)
     ctx = head_context(Path(tempfile.mkdtemp(prefix="gpu-context-", dir=CACHE)))
     try:
@@ -458,16 +473,14 @@ def build_gpu(keep: bool = False) -> int:
     sizes = out(BUILDAH + ["images", "--format", "{{.Name}}:{{.Tag}} {{.Size}}"])
     log("image size: " + next((ln for ln in sizes.splitlines() if ln.startswith(GPU_TEST_IMAGE)), "?"))
     failed = 0
-    ctr = out(BUILDAH + ["from", GPU_TEST_IMAGE]).strip()
     try:
-        for name, argv in GPU_CHECKS:
-            r = subprocess.run(BUILDAH + ["run", "--isolation", "chroot", ctr, "--"] + argv,
-                               capture_output=True, text=True, timeout=600)
-            failed += r.returncode != 0
-            log(f"check {name}: {'ok' if r.returncode == 0 else f'FAILED ({r.returncode})'}\n"
-                + (r.stdout + r.stderr).strip()[-1500:])
+        with scratch_container(GPU_TEST_IMAGE) as ctr:
+            for name, argv in GPU_CHECKS:
+                r = run_in(ctr, argv, timeout=600)
+                failed += r.returncode != 0
+                log(f"check {name}: {'ok' if r.returncode == 0 else f'FAILED ({r.returncode})'}\n"
+                    + (r.stdout + r.stderr).strip()[-1500:])
     finally:
-        subprocess.run(BUILDAH + ["rm", ctr], capture_output=True)
         if not keep:
             remove_image(GPU_TEST_IMAGE)
     return 1 if failed else 0
