@@ -163,11 +163,16 @@ def _quantize_fp8(state: dict, scheme: str = "tensor") -> dict:
     """FP8 for every projection (attention and experts); router, norms, embeddings stay bf16."""
     out = {}
     for name, t in state.items():
-        if name.endswith("_proj.weight") and t.dim() == 2:
+        if _is_projection(name, t):
             out.update(_quantize_one(name, t, scheme))
         else:
             out[name] = t
     return out
+
+
+def _is_projection(name: str, t) -> bool:
+    """The linear layers FP8 quantizes: attention and expert projections (not router, norms, embeddings)."""
+    return name.endswith("_proj.weight") and t.dim() == 2
 
 
 def _quantize_one(name: str, t, scheme: str) -> dict:
@@ -273,7 +278,7 @@ def _direct_state(hf_cfg, spec: TinySpec) -> dict:
             if name == "lm_head.weight":
                 _printable_output_head(t)
             t = t.to(torch.bfloat16)
-        if spec.fp8 and name.endswith("_proj.weight") and t.dim() == 2:
+        if spec.fp8 and _is_projection(name, t):
             out.update(_quantize_one(name, t, spec.fp8_scheme))
         else:
             out[name] = t
