@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 QUIET_PIP := 2> >(grep -v "^WARNING: Location" >&2)
 
-.PHONY: run dry-run test venv image image-test smoke gpu-lock gpu-wheelhouse clean
+.PHONY: run dry-run test venv image image-test smoke gpu-venv gpu-lock gpu-wheelhouse clean
 
 venv: $(VENV)/.patched
 
@@ -80,7 +80,11 @@ gpu-wheelhouse:
 # wheelhouse left out; not torchvision/torchaudio/torchcodec, which are built for the host's torch.
 GPU_VENV ?= .venv-gpu
 GPU_PY := $(GPU_VENV)/bin/python
-smoke:
+smoke: gpu-venv
+	SMOKE_REQUIRE_GPU=1 SERVING_PYTHON=$(abspath $(GPU_PY)) $(GPU_PY) -m pytest -m gpu -s tests/test_gpu_smoke.py
+
+# The GPU venv alone (the runtime and the series), e.g. for bench/e2e_bench.py's --image-python.
+gpu-venv:
 	test -x $(GPU_PY) || $(PYTHON) -m venv $(GPU_VENV)
 	rm -rf $(GPU_VENV)/host-site && mkdir -p $(GPU_VENV)/host-site
 	for p in $$($(PYTHON) -c 'import site; print(" ".join(site.getsitepackages()))'); do for e in $$p/*; do \
@@ -93,7 +97,6 @@ else
 	$(GPU_PY) -m pip install -q --no-deps -r requirements/gpu.lock -r requirements/smoke.lock $(QUIET_PIP)
 endif
 	$(GPU_PY) -m serving.patch_series apply
-	SMOKE_REQUIRE_GPU=1 SERVING_PYTHON=$(abspath $(GPU_PY)) $(GPU_PY) -m pytest -m gpu -s tests/test_gpu_smoke.py
 
 clean:
 	rm -rf $(VENV) $(GPU_VENV) .pytest_cache

@@ -4,10 +4,11 @@
 
 Every arm is an HTTP server on loopback: "image" is this project's launcher (./entrypoint.sh serve:
 the patched vLLM, configs/, the image's settings); "stock" is vLLM's own OpenAI server from the
-pristine wheel (DIR first on PYTHONPATH: its own configs, no series, vLLM's defaults). All servers
-start at once from empty caches (each its own HOME, vLLM, Triton and FlashInfer cache), so their
-start times are side by side under the same load; then the arms of one model are measured in
-turn (stock, image, stock, image, ...) while the others idle, after one unmeasured warm-up pass.
+pristine wheel (DIR first on PYTHONPATH: its own configs, no series, vLLM's defaults). A model's
+arms start at once from empty caches (each its own HOME, vLLM, Triton and FlashInfer cache), as
+soon as its weights are written, so their start times are side by side under the same load. Then,
+model by model as each one's servers are all up, the arms are measured in turn (stock, image, stock, image, ...)
+after one unmeasured warm-up pass each, and the model's servers are stopped.
 
 Per arm and repetition:
 - output tokens/s with 1, 8, 32 and 128 concurrent clients (non-streamed OpenAI completions,
@@ -57,14 +58,20 @@ class Model:
     arms: tuple[str, ...] = ("stock", "image")
 
 
+# Arms: "stock" and "image" (above); "image-stock-order": the image with OPTION_FP8_MOE_STOCK_ORDER=true
+# (vLLM's own FP8 MoE backend order, everything else the image's), so image against it is the routing
+# patch alone. Not measured, started for what their logs say: "stock-debug" (stock at
+# VLLM_LOGGING_LEVEL=DEBUG: why each MoE backend ahead of the chosen one was rejected) and
+# "stock-no-nvcc" (stock with nvcc off PATH, as in the image's runtime base: what FlashInfer's JIT does).
+MEASURED_ARMS = ("stock", "image", "image-stock-order")
 MODELS = (
-    Model("qwen3-235b-tp8-tensor", "qwen3-235b-a22b-tp8", "tensor"),
-    Model("qwen3-coder-480b-tp8-tensor", "qwen3-coder-480b-a35b-tp8", "tensor"),
-    Model("deepseek-v3-tp8-block", "deepseek-v3-tp8", "block"),
+    Model("qwen3-235b-tp8-tensor", "qwen3-235b-a22b-tp8", "tensor", ("stock", "image", "stock-debug")),
     # Static activation scales: the only per-tensor checkpoints FlashInfer CUTLASS MoE accepts, so
-    # the one case where the routing patch changes stock's backend. stock-no-nvcc: stock started
-    # with nvcc off PATH (as in the image's runtime base), to see what FlashInfer's JIT does there.
-    Model("qwen3-235b-tp8-static", "qwen3-235b-a22b-tp8", "static", ("stock", "image", "stock-no-nvcc")),
+    # the one case where the routing patch changes stock's backend.
+    Model("qwen3-235b-tp8-static", "qwen3-235b-a22b-tp8", "static",
+          ("stock", "image", "image-stock-order", "stock-no-nvcc")),
+    Model("deepseek-v3-tp8-block", "deepseek-v3-tp8", "block"),
+    Model("qwen3-coder-480b-tp8-tensor", "qwen3-coder-480b-a35b-tp8", "tensor"),
 )
 # The embedded bf16 tiny model: a check of this script itself on the CPU engine (--models tiny-cpu).
 CPU_CHECK = Model("tiny-cpu", "", "")
@@ -218,7 +225,9 @@ def start_server(a, model: Model, arm: str, model_dir: Path, work: Path) -> Serv
         prof.mkdir(parents=True, exist_ok=True)
         engine_args["profiler-config"] = json.dumps({"profiler": "torch", "torch_profiler_dir": str(prof),
                                                      "torch_profiler_with_stack": False})
-    if arm == "image":
+    if arm.startswith("image"):
+        if arm == "image-stock-order":
+            env["OPTION_FP8_MOE_STOCK_ORDER"] = "true"
         env.update({"SERVING_PYTHON": a.image_python, "OPTION_MODEL_ID": str(model_dir), "OPTION_HOST": "127.0.0.1",
                     "OPTION_PORT": str(port), "SERVING_MODEL_DIR": str(work / "no-model-dir")})
         env.update({"OPTION_" + k.upper().replace("-", "_"): v for k, v in engine_args.items()})
@@ -227,6 +236,8 @@ def start_server(a, model: Model, arm: str, model_dir: Path, work: Path) -> Serv
         env["PYTHONPATH"] = os.pathsep.join(p for p in (a.stock_site, env.get("PYTHONPATH", "")) if p)
         if arm == "stock-no-nvcc":
             env = _without_nvcc(env)
+        if arm == "stock-debug":
+            env["VLLM_LOGGING_LEVEL"] = "DEBUG"
         cmd = [a.image_python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
                "--host", "127.0.0.1", "--port", str(port)]
         for k, v in engine_args.items():
@@ -238,41 +249,50 @@ def start_server(a, model: Model, arm: str, model_dir: Path, work: Path) -> Serv
     return Server(name, model, arm, port, proc, log_path, time.monotonic())
 
 
-def wait_ready(servers: list[Server], deadline_s: float) -> None:
-    end = time.monotonic() + deadline_s
-    pending = list(servers)
-    while pending and time.monotonic() < end:
-        for s in list(pending):
-            if s.proc.poll() is not None:
-                s.failed = f"exited with {s.proc.returncode}"
-                pending.remove(s)
-                continue
-            try:
-                conn, r = _request(s.host, "GET", "/ping", timeout=2)
-                ok = r.status == 200
-                conn.close()
-            except OSError:
-                ok = False
-            if ok:
-                s.ready_s = time.monotonic() - s.started
-                pending.remove(s)
-                log(f"{s.name}: ready after {s.ready_s:.0f} s")
+def _check(s: Server) -> None:
+    """One look at a starting server: records its ready time, or that it exited."""
+    if s.proc.poll() is not None:
+        s.failed = f"exited with {s.proc.returncode}"
+    else:
+        try:
+            conn, r = _request(s.host, "GET", "/ping", timeout=2)
+            ok = r.status == 200
+            conn.close()
+        except OSError:
+            ok = False
+        if ok:
+            s.ready_s = time.monotonic() - s.started
+            log(f"{s.name}: ready after {s.ready_s:.0f} s")
+            return
+    if s.failed:
+        log(f"{s.name}: {s.failed}; log tail:\n{s.log()[-2500:]}")
+
+
+def next_ready(groups: dict[str, list[Server]], end: float) -> str:
+    """The first model (in the order given) whose servers are all up or failed; at the deadline the
+    servers still starting count as failed."""
+    while True:
+        for name, group in groups.items():
+            for s in group:
+                if s.ready_s is None and not s.failed:
+                    if time.monotonic() >= end:
+                        s.failed = "not ready by the deadline"
+                        log(f"{s.name}: {s.failed}; log tail:\n{s.log()[-2500:]}")
+                    else:
+                        _check(s)
+            if all(s.ready_s is not None or s.failed for s in group):
+                return name
         time.sleep(1)
-    for s in pending:
-        s.failed = f"not ready after {deadline_s:.0f} s"
-    for s in servers:
-        if s.failed:
-            log(f"{s.name}: {s.failed}; log tail:\n{s.log()[-2500:]}")
 
 
 def log_facts(s: Server) -> dict:
     """What the engine log says about routing, warm-up, FlashInfer and JIT compiles."""
     text = s.log()
     pick = re.compile(r"Fp8 MoE backend|TRITON preferred|Warming up the fused-MoE|FlashInfer|Building JIT module|"
-                      r"nvcc|Using .*MoE|moe backend", re.I)
+                      r"nvcc|Using .*MoE|moe backend|does not support the deployment", re.I)
     lines = []
     for ln in text.splitlines():
-        if pick.search(ln) and len(lines) < 25:
+        if pick.search(ln) and len(lines) < 40:
             lines.append(ln[-300:])
     return {"jit_warnings": text.count(JIT_WARNING), "flashinfer_jit_builds": text.count("Building JIT module"),
             "log_lines": lines}
@@ -353,26 +373,59 @@ def first_pass(wl: Workload, host: str) -> dict:
 
 
 def summarize(results: dict) -> str:
-    out = ["| model | metric | clients | stock | image | image/stock median | paired ratio range |",
-           "|---|---|---|---|---|---|---|"]
+    out = ["| model | arm | metric | clients | stock | arm | arm/stock median | paired ratio range |",
+           "|---|---|---|---|---|---|---|---|"]
     for mname, m in results["models"].items():
         reps = m.get("reps", {})
-        if not reps.get("stock") or not reps.get("image"):
-            continue
-        for kind, metric, conc in ([("throughput", "tok_s", c) for c in THROUGHPUT_CONCURRENCY]
-                                   + [("latency", k, c) for c in LATENCY_CONCURRENCY
-                                      for k in ("ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms")]):
-            st = [r[kind][str(conc)][metric] for r in reps["stock"]]
-            im = [r[kind][str(conc)][metric] for r in reps["image"]]
-            ratios = [i / s for i, s in zip(im, st)]
-            out.append(f"| {mname} | {metric} | {conc} | {statistics.median(st):.1f} | {statistics.median(im):.1f} | "
-                       f"{statistics.median(ratios):.3f} | {min(ratios):.3f}-{max(ratios):.3f} |")
+        for arm in [a for a in MEASURED_ARMS[1:] if reps.get(a)]:
+            if not reps.get("stock"):
+                break
+            for kind, metric, conc in ([("throughput", "tok_s", c) for c in THROUGHPUT_CONCURRENCY]
+                                       + [("latency", k, c) for c in LATENCY_CONCURRENCY
+                                          for k in ("ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms")]):
+                st = [r[kind][str(conc)][metric] for r in reps["stock"]]
+                im = [r[kind][str(conc)][metric] for r in reps[arm]]
+                ratios = [i / s for i, s in zip(im, st)]
+                out.append(f"| {mname} | {arm} | {metric} | {conc} | {statistics.median(st):.1f} | "
+                           f"{statistics.median(im):.1f} | {statistics.median(ratios):.3f} | "
+                           f"{min(ratios):.3f}-{max(ratios):.3f} |")
     out += ["", "| server | start to /ping 200 (s) | first request TTFT (ms) | JIT warnings | FlashInfer JIT builds |",
             "|---|---|---|---|---|"]
     for name, s in results["servers"].items():
         out.append(f"| {name} | {s.get('ready_s') or s.get('failed')} | {s.get('first_ttft_ms', '-')} | "
                    f"{s.get('jit_warnings', '-')} | {s.get('flashinfer_jit_builds', '-')} |")
     return "\n".join(out) + "\n"
+
+
+def measure_model(a, m: Model, arms: dict[str, Server], vocab: int, results: dict, save) -> None:
+    """One model's warm-up pass per arm, the alternating repetitions, and the profiles."""
+    if not arms:
+        return
+    model_id = _json(next(iter(arms.values())).host, "GET", "/v1/models")["data"][0]["id"]
+    wl = Workload(model_id, a.in_tokens, a.out_tokens, vocab)
+    mres = results["models"].setdefault(m.name, {"first_pass": {}, "reps": {}, "profile": {}})
+    measured = [arm for arm in MEASURED_ARMS if arm in arms]
+    for arm, s in arms.items():
+        s.facts["first_ttft_ms"] = round(1e3 * streamed(s.host, _body(model_id, wl.prompts[0], 16, True))["ttft"], 1)
+        if arm in measured:
+            mres["first_pass"][arm] = first_pass(wl, s.host)
+        log(f"{s.name}: first request TTFT {s.facts['first_ttft_ms']} ms")
+    for rep in range(a.reps):
+        for arm in measured:
+            r = sweep(wl, arms[arm].host, a.waves)
+            mres["reps"].setdefault(arm, []).append(r)
+            log(f"{m.name} rep {rep} {arm}: " + ", ".join(
+                f"c{c} {r['throughput'][str(c)]['tok_s']:.0f} tok/s" for c in THROUGHPUT_CONCURRENCY))
+        save()
+    if a.profile:
+        for arm in measured:
+            for c in LATENCY_CONCURRENCY:
+                try:
+                    mres["profile"][f"{arm}.c{c}"] = profile(arms[arm], wl, c, a.work / "profiles" /
+                                                             arms[arm].name)
+                except Exception as e:  # a profile is extra: record why it failed, keep the figures
+                    mres["profile"][f"{arm}.c{c}"] = {"error": repr(e)[:300]}
+        save()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -384,14 +437,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", type=Path, default=Path("/tmp/e2e-work"))
     p.add_argument("--models", nargs="*", default=[m.name for m in MODELS],
                    choices=[m.name for m in MODELS + (CPU_CHECK,)])
-    p.add_argument("--layers", type=int, default=4, help="decoder layers of every model (MoE dominates the step)")
+    all_arms = sorted({arm for m in MODELS for arm in m.arms})
+    p.add_argument("--arms", nargs="*", default=all_arms, choices=all_arms,
+                   help="start only these of each model's arms")
+    p.add_argument("--layers", type=int, default=16,
+                   help="decoder layers of every model (enough that the layers, not the per-step overhead, set the step)")
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--waves", type=int, default=6,
                    help="requests per client in each measured run (2 gave ±35%% swings between repetitions)")
     p.add_argument("--in-tokens", type=int, default=128)
     p.add_argument("--out-tokens", type=int, default=128)
     p.add_argument("--gpu-mem", type=float, default=0.08, help="each server's gpu-memory-utilization")
-    p.add_argument("--kv-bytes", type=int, default=4 << 30, help="each server's KV cache")
+    p.add_argument("--kv-bytes", type=int, default=3 << 29,
+                   help="each server's KV cache (1.5 GiB: 128 sequences of 320 tokens need under 1 GiB)")
     p.add_argument("--ready-timeout", type=float, default=900)
     p.add_argument("--profile", action="store_true", help="torch-profiler traces at 1 and 32 clients")
     a = p.parse_args(argv)
@@ -401,17 +459,15 @@ def main(argv: list[str] | None = None) -> int:
     from serving.tiny_model import TinySpec, ensure, preset_spec
 
     chosen = [m for m in MODELS + (CPU_CHECK,) if m.name in a.models]
-    dirs = {}
-    for m in chosen:
-        t0 = time.monotonic()
-        spec = preset_spec(m.preset, layers=a.layers, fp8=True, fp8_scheme=m.fp8) if m.preset else TinySpec()
-        dirs[m.name] = ensure(a.models_dir / m.name, spec)
-        log(f"model {m.name}: {time.monotonic() - t0:.0f} s")
     vocab = min(spec.vocab for spec in [preset_spec(m.preset) if m.preset else TinySpec() for m in chosen])
     servers = []
-    for m in chosen:
-        for arm in m.arms:
-            servers.append(start_server(a, m, arm, dirs[m.name], a.work))
+    for m in chosen:  # a model's arms start together as soon as its weights are written
+        t0 = time.monotonic()
+        spec = preset_spec(m.preset, layers=a.layers, fp8=True, fp8_scheme=m.fp8) if m.preset else TinySpec()
+        model_dir = ensure(a.models_dir / m.name, spec)
+        log(f"model {m.name}: {time.monotonic() - t0:.0f} s")
+        for arm in [arm for arm in m.arms if arm in a.arms or not m.preset]:
+            servers.append(start_server(a, m, arm, model_dir, a.work))
             time.sleep(2)
     results = {"args": {k: str(v) for k, v in vars(a).items()}, "servers": {}, "models": {}}
 
@@ -419,43 +475,32 @@ def main(argv: list[str] | None = None) -> int:
         (a.out / "e2e.json").write_text(json.dumps(results, indent=1))
         (a.out / "e2e.md").write_text(summarize(results))
 
+    deadline = time.monotonic() + a.ready_timeout
     try:
-        wait_ready(servers, a.ready_timeout)
-        for s in servers:
-            results["servers"][s.name] = {"ready_s": round(s.ready_s, 1) if s.ready_s else None, "failed": s.failed}
-        save()
-        for m in chosen:
-            arms = {s.arm: s for s in servers if s.model == m and not s.failed}
-            if not arms:
-                continue
-            model_id = _json(next(iter(arms.values())).host, "GET", "/v1/models")["data"][0]["id"]
-            wl = Workload(model_id, a.in_tokens, a.out_tokens, vocab)
-            mres = results["models"].setdefault(m.name, {"first_pass": {}, "reps": {}, "profile": {}})
-            for arm, s in arms.items():
-                s.facts["first_ttft_ms"] = round(1e3 * streamed(s.host, _body(model_id, wl.prompts[0], 16, True))["ttft"], 1)
-                mres["first_pass"][arm] = first_pass(wl, s.host)
-                log(f"{s.name}: first request TTFT {s.facts['first_ttft_ms']} ms; warm-up done")
-            measured = [arm for arm in ("stock", "image") if arm in arms]
-            for rep in range(a.reps):
-                for arm in measured:
-                    r = sweep(wl, arms[arm].host, a.waves)
-                    mres["reps"].setdefault(arm, []).append(r)
-                    log(f"{m.name} rep {rep} {arm}: " + ", ".join(
-                        f"c{c} {r['throughput'][str(c)]['tok_s']:.0f} tok/s" for c in THROUGHPUT_CONCURRENCY))
-                save()
-            if a.profile:
-                for arm in measured:
-                    for c in LATENCY_CONCURRENCY:
-                        try:
-                            mres["profile"][f"{arm}.c{c}"] = profile(arms[arm], wl, c, a.work / "profiles" /
-                                                                     arms[arm].name)
-                        except Exception as e:  # a profile is extra: record why it failed, keep the figures
-                            mres["profile"][f"{arm}.c{c}"] = {"error": repr(e)[:300]}
-                save()
+        # model by model: a model's arms are measured as soon as they are all up, while the others
+        # still start (e.g. a FlashInfer JIT build)
+        groups = {m.name: [s for s in servers if s.model == m] for m in chosen}
+        while groups:
+            m = next(m for m in chosen if m.name == next_ready(groups, deadline))
+            group = groups.pop(m.name)
+            for s in group:
+                results["servers"][s.name] = {"ready_s": round(s.ready_s, 1) if s.ready_s else None,
+                                              "failed": s.failed}
+            save()
+            try:
+                measure_model(a, m, {s.arm: s for s in group if not s.failed}, vocab, results, save)
+            except Exception as e:  # one model's failure (a server died mid-run) keeps the others' figures
+                log(f"{m.name}: measurement failed: {e!r}")
+                results["models"].setdefault(m.name, {})["error"] = repr(e)[:500]
+            for s in group:  # done with this model: free its GPU memory and CPU for the next
+                results["servers"][s.name].update(log_facts(s), **s.facts)
+                stop(s.proc, grace=20)
+            save()
     finally:
         for s in servers:
-            results["servers"].setdefault(s.name, {}).update(log_facts(s), **s.facts)
-            stop(s.proc, grace=60)
+            if s.proc.poll() is None:
+                results["servers"].setdefault(s.name, {}).update(log_facts(s), **s.facts)
+                stop(s.proc, grace=60)
             (a.out / "logs").mkdir(exist_ok=True)
             shutil.copy(s.log_path, a.out / "logs" / f"{s.name}.log")
         save()

@@ -4,7 +4,8 @@
 #
 #   tools/h200_session.sh probe                 # host facts into $OUT (nvidia-smi, pip freeze)
 #   tools/h200_session.sh stage PART            # move one carried part (.stage/...) to $STAGE
-#   setsid tools/h200_session.sh all &          # the rest, in the background (outlives the call)
+#   setsid tools/h200_session.sh all &          # the rest, in the background (outlives the call);
+#                                               # env: SMOKE=0 skips the smoke tests, E2E_ARGS
 #   tools/h200_session.sh collect               # copy what is done so far into $OUT
 #
 # The parts come from: tools/gpu_wheelhouse.py download --dest W --skip <what the host has>;
@@ -34,9 +35,11 @@ all)
     step() { echo "=== $(($(date +%s) - t0)) s: $*"; }
     step "unpack"
     cat "$STAGE"/wheelhouse.tar.part-* | tar -x -C "$(dirname "$WH")" || exit 1
-    step "make smoke (install from the wheelhouse, apply the series, GPU smoke tests)"
-    make smoke WHEELHOUSE="$WH" GPU_VENV="$GPU_VENV" 2>&1 | tee "$RES/smoke.log"
-    echo "make smoke exit: ${PIPESTATUS[0]}"
+    # SMOKE=0: the venv only (make gpu-venv), when the smoke test already passed on this stack
+    target=smoke; [ "${SMOKE:-1}" = 0 ] && target=gpu-venv
+    step "make $target (install from the wheelhouse, apply the series[, GPU smoke tests])"
+    make "$target" WHEELHOUSE="$WH" GPU_VENV="$GPU_VENV" 2>&1 | tee "$RES/smoke.log"
+    echo "make $target exit: ${PIPESTATUS[0]}"
     step "stock vLLM 0.32.0 beside it (pristine wheel)"
     "$GPU_VENV/bin/python" -m pip install -q --no-index --no-deps --find-links "$WH" --target "$STOCK" vllm==0.32.0
     step "engine benchmark"
