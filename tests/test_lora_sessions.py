@@ -104,6 +104,42 @@ def test_adapters_in_the_model_folder_are_served(lora_server):
     assert json.loads(stream.text.splitlines()[-1])["generated_text"] == by_body.json()["generated_text"]
 
 
+def openai_token_ids(client, kind, headers=None, **fields) -> list[int]:
+    doc = ({"prompt": PROMPT} if kind == "completion" else {"messages": [{"role": "user", "content": PROMPT}]})
+    doc.update(max_tokens=N, temperature=0, ignore_eos=True, return_token_ids=True, **fields)
+    r = client.post("/invocations", json=doc, headers=headers or {})
+    assert r.status_code == 200, r.text
+    return r.json()["choices"][0]["token_ids"]
+
+
+@pytest.mark.parametrize("kind", ["completion", "chat"])
+def test_openai_bodies_name_the_adapter_in_the_body(lora_server, kind):
+    """vLLM's SageMaker hooks take an OpenAI body's adapter from the header only; LMI's client names it
+    with the body field `adapters` (as LMI's vLLM handler reads it), OpenAI clients with `model`."""
+    _, client = lora_server
+    base = openai_token_ids(client, kind)
+    by_header = openai_token_ids(client, kind, {ADAPTER_HEADER: ADAPTER})
+    assert len(base) == N and by_header != base
+    assert openai_token_ids(client, kind, adapters=ADAPTER) == by_header
+    assert openai_token_ids(client, kind, adapters=[ADAPTER], model=ADAPTER) == by_header
+    assert openai_token_ids(client, kind, model=ADAPTER) == by_header
+    assert openai_token_ids(client, kind, {ADAPTER_HEADER: ADAPTER}, adapters=ADAPTER) == by_header
+    assert openai_token_ids(client, kind, adapters=None) == base
+
+
+@pytest.mark.parametrize("fields,headers,error", [
+    ({"adapters": "no-such-adapter"}, None, "adapters: no LoRA adapter named 'no-such-adapter'; served: tiny-lora"),
+    ({"adapters": ADAPTER}, {ADAPTER_HEADER: "other"}, "adapters: the request names different LoRA adapters"),
+    ({"adapters": 3}, None, "adapters: give one LoRA adapter's name"),
+    ({"adapters": [ADAPTER, "other"]}, None, "adapters: give one LoRA adapter's name"),
+], ids=["unknown", "differs-from-header", "not-a-name", "two-names"])
+def test_openai_body_with_a_bad_adapters_field_gets_424(lora_server, fields, headers, error):
+    _, client = lora_server
+    r = client.post("/invocations", json={"prompt": PROMPT, "max_tokens": 2, **fields}, headers=headers or {})
+    assert r.status_code == 424, r.text
+    assert r.json()["field"] == "adapters" and r.json()["error"].startswith(error)
+
+
 @pytest.mark.parametrize("body,headers,field", [
     ({"adapters": "no-such-adapter"}, None, "adapters"),
     ({"adapters": ADAPTER}, {ADAPTER_HEADER: "other"}, "adapters"),
@@ -123,6 +159,8 @@ def test_sticky_session_lifecycle(lora_server):
     assert created.status_code == 200, created.text
     # SageMaker's contract: the header; LMI's client: a JSON body it can parse.
     sid, expires = created.headers["X-Amzn-SageMaker-New-Session-Id"].split(";")
+    # LMI answers a create with this name (its own client reads it): the same value
+    assert created.headers[SESSION_HEADER] == created.headers["X-Amzn-SageMaker-New-Session-Id"]
     assert expires.strip().startswith("Expires=")
     assert created.headers["content-type"] == "application/json"
     doc = created.json()

@@ -131,3 +131,32 @@ def test_output_formatter_jsonlines_streams_openai_bodies_as_jsonlines(compat, g
         assert "".join(c["choices"][0]["text"] for c in chunks if c["choices"]) == greedy
     else:
         assert chunks and all(c["object"] == "chat.completion.chunk" for c in chunks)
+
+
+def test_lmi_tgi_client_script_passes(compat, monkeypatch):
+    """LMI's own TGI-compat check (djl-serving tests/integration/llm/tgi_client.py, vendored unmodified
+    in tests/third_party/djl_serving/): Hugging Face's InferenceClient, unary with details, then
+    streamed with details. The script names http://127.0.0.1:8080/invocations; the client class it
+    imports is pointed at this server instead."""
+    import runpy
+    from pathlib import Path
+
+    import huggingface_hub
+
+    real = huggingface_hub.InferenceClient
+    made = []
+
+    class Redirected(real):
+        def __init__(self, model=None, **kw):
+            assert model == "http://127.0.0.1:8080/invocations"
+            made.append(self)
+            super().__init__(model=compat.url + "/invocations", timeout=120, **kw)
+
+    monkeypatch.setattr(huggingface_hub, "InferenceClient", Redirected)
+    script = Path(__file__).parent / "third_party" / "djl_serving" / "tgi_client.py"
+    ns = runpy.run_path(str(script), run_name="tgi_client")
+    assert len(made) == 1
+    # the script's own asserts passed; it streamed every token of max_new_tokens=100, the last with details
+    assert len(ns["result_list"]) == 100
+    assert ns["last_result"].details.finish_reason == "length"
+    assert ns["last_result"].generated_text == "".join(r.token.text for r in ns["result_list"])

@@ -9,7 +9,8 @@ It sits in front of vLLM's own app and only touches `POST /invocations` (and the
   TGI's shapes;
 - an OpenAI body (chat `messages` / completion `prompt`) goes on to vLLM unchanged, so it is
   answered exactly as vLLM answers it (SSE when streaming; with output_formatter=jsonlines the
-  same chunks one a line, as LMI streams them);
+  same chunks one a line, as LMI streams them); only the LoRA adapter it names in LMI's field
+  `adapters` or in `model` is handed to vLLM's SageMaker hooks in their adapter header;
 - a JSON body of none of these kinds gets LMI's 424 naming the three.
 On the lifespan it starts the engine watch that ends the process non-zero if the engine dies,
 and hooks the graceful drain on SIGTERM (drain.py), which sees every HTTP request.
@@ -135,6 +136,18 @@ class LMIMiddleware:
             await send_error(send, LMIError(schema.NO_KIND, "body"))
             return
         if kind != "lmi":
+            if kind in ("chat", "completion"):
+                rewrite = "adapters" in doc
+                try:
+                    adapter = _openai_adapter(scope, doc)
+                except LMIError as e:
+                    await send_error(send, e)
+                    return
+                if rewrite:
+                    body = json.dumps(doc, ensure_ascii=False).encode()
+                    scope = _with_header(scope, b"content-length", str(len(body)).encode())
+                if adapter:
+                    scope = _with_header(scope, ADAPTER_HEADER, adapter.encode("latin-1"))
             if self.openai_jsonlines and doc.get("stream") is True:
                 send = sse_to_jsonlines(send)
             if kind == "session":
@@ -311,6 +324,46 @@ def sse_to_jsonlines(send):
     return wrapped
 
 
+def _openai_adapter(scope, doc: dict) -> str | None:
+    """The LoRA adapter an OpenAI body asks for without SageMaker's adapter header, to be put in that
+    header; None if the header names it already, or none is asked for.
+
+    vLLM's SageMaker hooks on /invocations set the body's `model` from the header only (no header:
+    the base model, whatever `model` says). Here a body may also name its adapter, as LMI's vLLM
+    handler reads it: with LMI's field `adapters` (removed from the body; null: not given; a list:
+    the same name for each entry) or with OpenAI's `model` when that names a served adapter. Names
+    that disagree with each other or with the header, and unknown names in `adapters`, get 424."""
+    header = next((v.decode("latin-1") for k, v in scope["headers"] if k == ADAPTER_HEADER), None)
+    models = getattr(scope["app"].state, "openai_serving_models", None)
+    known = getattr(models, "lora_requests", None) or {}
+    asked: list[tuple[str, str]] = []
+    adapters = doc.pop("adapters", None)
+    if adapters is not None:
+        names = adapters if isinstance(adapters, list) else [adapters]
+        if not names or not all(isinstance(n, str) and n for n in names) or len(set(names)) != 1:
+            raise LMIError("adapters: give one LoRA adapter's name (a string, or a list of the same name)",
+                           "adapters")
+        if names[0] not in known and not getattr(models, "lora_resolvers", None):
+            served = ", ".join(sorted(known)) or "none (the model has no adapters/ folder)"
+            raise LMIError(f"adapters: no LoRA adapter named {names[0]!r}; served: {served}", "adapters")
+        asked.append(("adapters", names[0]))
+    model = doc.get("model")
+    if isinstance(model, str) and model in known:
+        asked.append(("model", model))
+    if header:
+        asked.append(("X-Amzn-SageMaker-Adapter-Identifier header", header))
+    if len({name for _, name in asked}) > 1:
+        field = asked[0][0]
+        given = ", ".join(f"{where} {name!r}" for where, name in asked)
+        raise LMIError(f"{field}: the request names different LoRA adapters ({given}); name one", field)
+    return None if header or not asked else asked[0][1]
+
+
+def _with_header(scope, name: bytes, value: bytes):
+    """The scope with the request header `name` (lower case) set to `value`, replacing any."""
+    return {**scope, "headers": [(k, v) for k, v in scope["headers"] if k != name] + [(name, value)]}
+
+
 def _check_session(raw_request) -> None:
     """An LMI body with SageMaker's session header: the same check vLLM's SageMaker hooks make for
     OpenAI bodies (sessions on, and the session known and not expired)."""
@@ -331,7 +384,9 @@ def _check_session(raw_request) -> None:
 def session_answer_as_json(send):
     """A send() that gives vLLM's session answers (plain text, no content type) a JSON body naming the
     session, beside SageMaker's headers (X-Amzn-SageMaker-New-Session-Id: <id>; Expires=..., or
-    X-Amzn-SageMaker-Closed-Session-Id: <id>), so clients that parse the body read it too."""
+    X-Amzn-SageMaker-Closed-Session-Id: <id>), so clients that parse the body read it too. A create
+    also carries the id under the name LMI answers it with (X-Amzn-SageMaker-Session-Id: <id>;
+    Expires=...), which LMI's own client reads."""
     held: dict | None = None
     parts: list[bytes] = []
 
@@ -353,14 +408,19 @@ def session_answer_as_json(send):
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in held.get("headers") or []}
         text = b"".join(parts).decode("utf-8", "replace").strip()
         doc = {"message": text} if text else {}  # vLLM's hooks answer e.g. "Session <id> created"
+        extra = []
         if "x-amzn-sagemaker-new-session-id" in headers:
             sid, _, expires = headers["x-amzn-sagemaker-new-session-id"].partition(";")
             doc.update(session_id=sid.strip(), expires=expires.strip().removeprefix("Expires=") or None)
+            if SESSION_HEADER.lower() not in headers:
+                # LMI answers the create with this name (its client reads it); same value
+                value = headers["x-amzn-sagemaker-new-session-id"]
+                extra.append((SESSION_HEADER.lower().encode(), value.encode("latin-1")))
         elif "x-amzn-sagemaker-closed-session-id" in headers:
             doc.update(closed_session_id=headers["x-amzn-sagemaker-closed-session-id"].strip())
         body = json.dumps(doc).encode()
         rest = [(k, v) for k, v in held.get("headers") or [] if k.lower() != b"content-length"]
-        await send({**held, "headers": rest + [(b"content-type", b"application/json"),
+        await send({**held, "headers": rest + extra + [(b"content-type", b"application/json"),
                                                (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
     return wrapped
