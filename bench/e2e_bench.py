@@ -4,11 +4,11 @@
 
 Every arm is an HTTP server on loopback: "image" is this project's launcher (./entrypoint.sh serve:
 the patched vLLM, configs/, the image's settings); "stock" is vLLM's own OpenAI server from the
-pristine wheel (DIR first on PYTHONPATH: its own configs, no series, vLLM's defaults). A model's
-arms start at once from empty caches (each its own HOME, vLLM, Triton and FlashInfer cache), as
-soon as its weights are written, so their start times are side by side under the same load. Then,
-model by model as each one's servers are all up, the arms are measured in turn (stock, image, stock, image, ...)
-after one unmeasured warm-up pass each, and the model's servers are stopped.
+pristine wheel (DIR first on PYTHONPATH: its own configs, no series, vLLM's defaults). One model
+at a time: its arms start at once from empty caches (each its own HOME, vLLM, Triton and
+FlashInfer cache), so their start times are side by side under the same load; once all are up,
+the arms are measured in turn (stock, image, stock, image, ...) after one unmeasured warm-up pass
+each; then the model's servers are stopped and the next model starts.
 
 Per arm and repetition:
 - output tokens/s with 1, 8, 32 and 128 concurrent clients (non-streamed OpenAI completions,
@@ -268,20 +268,16 @@ def _check(s: Server) -> None:
         log(f"{s.name}: {s.failed}; log tail:\n{s.log()[-2500:]}")
 
 
-def next_ready(groups: dict[str, list[Server]], end: float) -> str:
-    """The first model (in the order given) whose servers are all up or failed; at the deadline the
-    servers still starting count as failed."""
-    while True:
-        for name, group in groups.items():
-            for s in group:
-                if s.ready_s is None and not s.failed:
-                    if time.monotonic() >= end:
-                        s.failed = "not ready by the deadline"
-                        log(f"{s.name}: {s.failed}; log tail:\n{s.log()[-2500:]}")
-                    else:
-                        _check(s)
-            if all(s.ready_s is not None or s.failed for s in group):
-                return name
+def wait_ready(servers: list[Server], end: float) -> None:
+    """Until every server is up or failed; at `end` (monotonic) the ones still starting count as failed."""
+    while any(s.ready_s is None and not s.failed for s in servers):
+        for s in servers:
+            if s.ready_s is None and not s.failed:
+                if time.monotonic() >= end:
+                    s.failed = "not ready by the deadline"
+                    log(f"{s.name}: {s.failed}; log tail:\n{s.log()[-2500:]}")
+                else:
+                    _check(s)
         time.sleep(1)
 
 
@@ -428,6 +424,19 @@ def measure_model(a, m: Model, arms: dict[str, Server], vocab: int, results: dic
         save()
 
 
+def make_model(a, m: Model) -> Path:
+    """The model's weights (kept in --models-dir between runs), written by a child process so that
+    their memory (tens of GB for the DeepSeek-V3 shard) goes back before the servers start."""
+    t0 = time.monotonic()
+    out = a.models_dir / m.name
+    spec = (f"preset_spec({m.preset!r}, layers={a.layers}, fp8=True, fp8_scheme={m.fp8!r})" if m.preset
+            else "TinySpec()")
+    subprocess.run([sys.executable, "-c", "from pathlib import Path; from serving.tiny_model import *; "
+                    f"ensure(Path({str(out)!r}), {spec})"], cwd=ROOT, check=True)
+    log(f"model {m.name}: {time.monotonic() - t0:.0f} s")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.e2e_bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--stock-site", required=True, help="folder holding the pristine vllm package (stock arm)")
@@ -456,54 +465,41 @@ def main(argv: list[str] | None = None) -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     if a.work.exists():
         shutil.rmtree(a.work)
-    from serving.tiny_model import TinySpec, ensure, preset_spec
+    from serving.tiny_model import TinySpec, preset_spec
 
     chosen = [m for m in MODELS + (CPU_CHECK,) if m.name in a.models]
     vocab = min(spec.vocab for spec in [preset_spec(m.preset) if m.preset else TinySpec() for m in chosen])
-    servers = []
-    for m in chosen:  # a model's arms start together as soon as its weights are written
-        t0 = time.monotonic()
-        spec = preset_spec(m.preset, layers=a.layers, fp8=True, fp8_scheme=m.fp8) if m.preset else TinySpec()
-        model_dir = ensure(a.models_dir / m.name, spec)
-        log(f"model {m.name}: {time.monotonic() - t0:.0f} s")
-        for arm in [arm for arm in m.arms if arm in a.arms or not m.preset]:
-            servers.append(start_server(a, m, arm, model_dir, a.work))
-            time.sleep(2)
     results = {"args": {k: str(v) for k, v in vars(a).items()}, "servers": {}, "models": {}}
 
     def save():
         (a.out / "e2e.json").write_text(json.dumps(results, indent=1))
         (a.out / "e2e.md").write_text(summarize(results))
 
-    deadline = time.monotonic() + a.ready_timeout
-    try:
-        # model by model: a model's arms are measured as soon as they are all up, while the others
-        # still start (e.g. a FlashInfer JIT build)
-        groups = {m.name: [s for s in servers if s.model == m] for m in chosen}
-        while groups:
-            m = next(m for m in chosen if m.name == next_ready(groups, deadline))
-            group = groups.pop(m.name)
+    # One model at a time: its arms start together (their start times side by side under the same
+    # load), are measured, and are stopped before the next model starts. All models at once put up
+    # to 9 cold starts and their JIT builds (FlashInfer's fused_moe_90, DeepGEMM's warm-up) on 16
+    # cores: load 60, every figure skewed, and the bench itself killed for memory (H200, run 2).
+    for m in chosen:
+        model_dir = make_model(a, m)
+        group = [start_server(a, m, arm, model_dir, a.work)
+                 for arm in m.arms if arm in a.arms or not m.preset]
+        try:
+            wait_ready(group, time.monotonic() + a.ready_timeout)
             for s in group:
                 results["servers"][s.name] = {"ready_s": round(s.ready_s, 1) if s.ready_s else None,
                                               "failed": s.failed}
             save()
-            try:
-                measure_model(a, m, {s.arm: s for s in group if not s.failed}, vocab, results, save)
-            except Exception as e:  # one model's failure (a server died mid-run) keeps the others' figures
-                log(f"{m.name}: measurement failed: {e!r}")
-                results["models"].setdefault(m.name, {})["error"] = repr(e)[:500]
-            for s in group:  # done with this model: free its GPU memory and CPU for the next
-                results["servers"][s.name].update(log_facts(s), **s.facts)
-                stop(s.proc, grace=20)
-            save()
-    finally:
-        for s in servers:
-            if s.proc.poll() is None:
+            measure_model(a, m, {s.arm: s for s in group if not s.failed}, vocab, results, save)
+        except Exception as e:  # one model's failure (a server died mid-run) keeps the others' figures
+            log(f"{m.name}: measurement failed: {e!r}")
+            results["models"].setdefault(m.name, {})["error"] = repr(e)[:500]
+        finally:
+            for s in group:
                 results["servers"].setdefault(s.name, {}).update(log_facts(s), **s.facts)
-                stop(s.proc, grace=60)
-            (a.out / "logs").mkdir(exist_ok=True)
-            shutil.copy(s.log_path, a.out / "logs" / f"{s.name}.log")
-        save()
+                stop(s.proc, grace=20)
+                (a.out / "logs").mkdir(exist_ok=True)
+                shutil.copy(s.log_path, a.out / "logs" / f"{s.name}.log")
+            save()
     print(summarize(results))
     return 0
 
