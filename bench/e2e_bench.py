@@ -209,8 +209,9 @@ def _without_nvcc(env: dict) -> dict:
     env = dict(env)
     env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep)
                                   if p and not (Path(p) / "nvcc").exists())
-    env.pop("CUDA_HOME", None)
-    env.pop("CUDA_PATH", None)
+    # FlashInfer falls back to /usr/local/cuda when CUDA_HOME is unset (H200 run 2 found nvcc there),
+    # so point it at a folder without nvcc instead of unsetting it
+    env["CUDA_HOME"] = env["CUDA_PATH"] = "/nonexistent-cuda"
     return env
 
 

@@ -176,6 +176,37 @@ def tp_default(env: Mapping[str, str], cpu_build: bool) -> cfg.ContextDefault:
     return cfg.ContextDefault("tensor_parallel_size", str(n), f"every visible GPU: {n}, counted by {how}")
 
 
+def nvcc_path(env: Mapping[str, str]) -> Path | None:
+    """nvcc where FlashInfer's and DeepGEMM's JIT look for it: PATH, then CUDA_HOME (or /usr/local/cuda)."""
+    import shutil
+    found = shutil.which("nvcc", path=env.get("PATH", ""))
+    if found:
+        return Path(found)
+    home = Path(env.get("CUDA_HOME") or env.get("CUDA_PATH") or "/usr/local/cuda") / "bin" / "nvcc"
+    return home if home.is_file() else None
+
+
+def block_fp8_jit_note(model_path: str, entries: Mapping, env: Mapping[str, str]) -> str | None:
+    """A warning for a block-FP8 checkpoint on a GPU host without nvcc, unless the linear backend is chosen.
+
+    For block FP8 (weight_block_size, as in Qwen's and DeepSeek's official FP8 checkpoints) vLLM 0.32
+    picks FlashInfer's DeepGEMM block-scaled linear kernel on Hopper, which is compiled at the first
+    start (seen on an H200: FlashInfer's fp8_blockscale_gemm_90 build, then DeepGEMM's JIT warm-up);
+    the image's CUDA runtime base has no nvcc. vLLM's CUTLASS block-scaled kernel is prebuilt."""
+    if "linear_backend" in entries or nvcc_path(env):
+        return None
+    try:
+        qc = json.loads((Path(model_path) / "config.json").read_text()).get("quantization_config") or {}
+    except (OSError, ValueError):
+        return None
+    if not (isinstance(qc, dict) and qc.get("weight_block_size")):
+        return None
+    return (f"block-FP8 checkpoint (weight_block_size {qc['weight_block_size']}) and no nvcc on this host: vLLM picks "
+            "FlashInfer's DeepGEMM block-scaled linear kernel, which it compiles with nvcc at the first start. "
+            "Set OPTION_LINEAR_BACKEND=cutlass for vLLM's prebuilt CUTLASS kernel, or build the image on the CUDA "
+            "devel base (BASE_IMAGE)")
+
+
 def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
     env = dict(os.environ if env is None else env)
     if vllm_args is None:
@@ -192,6 +223,11 @@ def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
     if adapters:
         notes.append(f"LoRA adapters: {', '.join(adapters)} (chosen per request by the X-Amzn-SageMaker-Adapter-Identifier "
                      "header, LMI's adapters field or the OpenAI model field)")
+
+    if not is_cpu_build():
+        note = block_fp8_jit_note(model_path, res.entries, env)
+        if note:
+            notes.append(note)
 
     tp = res.entries.get("tensor_parallel_size")
     if tp is not None and tp.raw.strip().lower() == "max":
