@@ -62,7 +62,9 @@ class Model:
 # (vLLM's own FP8 MoE backend order, everything else the image's), so image against it is the routing
 # patch alone. Not measured, started for what their logs say: "stock-debug" (stock at
 # VLLM_LOGGING_LEVEL=DEBUG: why each MoE backend ahead of the chosen one was rejected) and
-# "stock-no-nvcc" (stock with nvcc off PATH, as in the image's runtime base: what FlashInfer's JIT does).
+# "stock-no-nvcc" (stock with nvcc off PATH and CUDA_HOME, as in the image's runtime base: what
+# FlashInfer's JIT does there). A static-scale stock start compiles FlashInfer's fused_moe_90 for
+# over 12 minutes (H200 run 2): give that model --ready-timeout 1800.
 MEASURED_ARMS = ("stock", "image", "image-stock-order")
 MODELS = (
     Model("qwen3-235b-tp8-tensor", "qwen3-235b-a22b-tp8", "tensor", ("stock", "image", "stock-debug")),
