@@ -453,7 +453,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--arms", nargs="*", default=all_arms, choices=all_arms,
                    help="start only these of each model's arms")
     p.add_argument("--layers", type=int, default=16,
-                   help="decoder layers of every model (enough that the layers, not the per-step overhead, set the step)")
+                   help="decoder layers of every model (enough that the layers, not the per-step "
+                        "overhead, set the step)")
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--waves", type=int, default=6,
                    help="requests per client in each measured run (2 gave ±35%% swings between repetitions)")
