@@ -297,6 +297,10 @@ def log_facts(s: Server) -> dict:
             "log_lines": lines}
 
 
+def record_facts(results: dict, s: Server) -> None:
+    results["servers"].setdefault(s.name, {}).update(log_facts(s), **s.facts)
+
+
 # --- profile: GPU time by kernel class -------------------------------------------------------------
 
 KERNEL_CLASSES = (
@@ -416,6 +420,11 @@ def measure_model(a, m: Model, arms: dict[str, Server], vocab: int, results: dic
             log(f"{m.name} rep {rep} {arm}: " + ", ".join(
                 f"c{c} {r['throughput'][str(c)]['tok_s']:.0f} tok/s" for c in THROUGHPUT_CONCURRENCY))
         save()
+    # the servers' facts now, not only at the end: a run cut short during the profiles (the lease
+    # ending, as in H200 run 3) still keeps each server's first TTFT and JIT counts
+    for s in arms.values():
+        record_facts(results, s)
+    save()
     if a.profile:
         for arm in measured:
             for c in LATENCY_CONCURRENCY:
@@ -499,7 +508,7 @@ def main(argv: list[str] | None = None) -> int:
             results["models"].setdefault(m.name, {})["error"] = repr(e)[:500]
         finally:
             for s in group:
-                results["servers"].setdefault(s.name, {}).update(log_facts(s), **s.facts)
+                record_facts(results, s)
                 stop(s.proc, grace=20)
                 (a.out / "logs").mkdir(exist_ok=True)
                 shutil.copy(s.log_path, a.out / "logs" / f"{s.name}.log")
