@@ -159,6 +159,11 @@ def streamed(host: str, body: dict) -> dict:
     return {"ttft": times[0] - t0, "gaps": [b - a for a, b in zip(times, times[1:])], "tokens": tokens}
 
 
+def requests_for(concurrency: int, waves: int) -> int:
+    """How many requests a measured run sends: `waves` per client, at least 4."""
+    return max(4, concurrency * waves)
+
+
 def _pct(xs: list[float], q: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(round(q / 100 * (len(xs) - 1))))]
@@ -174,7 +179,7 @@ class Workload:
         self.prompts = [[rng.randrange(300, vocab) for _ in range(in_tokens)] for _ in range(512)]
 
     def throughput(self, host: str, concurrency: int, waves: int) -> dict:
-        n = max(4, concurrency * waves)
+        n = requests_for(concurrency, waves)
         bodies = [_body(self.model_id, self.prompts[i % len(self.prompts)], self.out, False) for i in range(n)]
         t0 = time.perf_counter()
         with ThreadPoolExecutor(concurrency) as pool:
@@ -183,7 +188,7 @@ class Workload:
         return {"requests": n, "tokens": tokens, "wall_s": wall, "tok_s": tokens / wall}
 
     def latency(self, host: str, concurrency: int, waves: int) -> dict:
-        n = max(4, concurrency * waves)
+        n = requests_for(concurrency, waves)
         bodies = [_body(self.model_id, self.prompts[i % len(self.prompts)], self.out, True) for i in range(n)]
         with ThreadPoolExecutor(concurrency) as pool:
             runs = list(pool.map(lambda b: streamed(host, b), bodies))
@@ -331,6 +336,12 @@ def classify(trace_path: Path) -> dict:
             "top_other": sorted(other.items(), key=lambda kv: -kv[1])[:8]}
 
 
+def profile_steps(concurrency: int, out_tokens: int) -> int:
+    """Engine steps in a profile window (one wave of streamed requests): its requests run
+    `concurrency` at a time, each for out_tokens steps (the first one its prefill)."""
+    return -(-requests_for(concurrency, 1) // concurrency) * out_tokens
+
+
 def profile(s: Server, wl: Workload, concurrency: int, prof_dir: Path) -> dict:
     before = set(prof_dir.rglob("*.json*"))
     _json(s.host, "POST", "/start_profile")
@@ -375,6 +386,30 @@ def first_pass(wl: Workload, host: str) -> dict:
     return firsts
 
 
+PROFILE_CLASSES = (("moe_w13", "MoE w13"), ("moe_w2", "MoE w2"), ("attention", "attention"),
+                   ("other_gemm", "other GEMMs"), ("other", "everything else"))
+
+
+def profile_table(results: dict) -> list[str]:
+    """GPU time per engine step by kernel class, from each profile window (--profile)."""
+    out_tokens = int(results["args"]["out_tokens"])
+    rows = []
+    for mname, m in results["models"].items():
+        for key, p in (m.get("profile") or {}).items():
+            if "share" not in p:
+                rows.append(f"| {mname} | {key} | {p.get('error', 'no trace')} |" + " |" * (len(PROFILE_CLASSES) + 1))
+                continue
+            arm, _, conc = key.rpartition(".c")
+            step = p["total_gpu_ms"] / profile_steps(int(conc), out_tokens)
+            rows.append(f"| {mname} | {arm} | {conc} | {p['total_gpu_ms']:.1f} | {step:.3f} | " + " | ".join(
+                f"{100 * p['share'].get(c, 0):.1f}%" for c, _ in PROFILE_CLASSES) + " |")
+    if not rows:
+        return []
+    return ["", "| model | arm | clients | GPU ms in window | GPU ms per step | "
+            + " | ".join(name for _, name in PROFILE_CLASSES) + " |",
+            "|---|---|---|---|---|" + "---|" * len(PROFILE_CLASSES)] + rows
+
+
 def summarize(results: dict) -> str:
     out = ["| model | arm | metric | clients | stock | arm | arm/stock median | paired ratio range |",
            "|---|---|---|---|---|---|---|---|"]
@@ -392,6 +427,7 @@ def summarize(results: dict) -> str:
                 out.append(f"| {mname} | {arm} | {metric} | {conc} | {statistics.median(st):.1f} | "
                            f"{statistics.median(im):.1f} | {statistics.median(ratios):.3f} | "
                            f"{min(ratios):.3f}-{max(ratios):.3f} |")
+    out += profile_table(results)
     out += ["", "| server | start to /ping 200 (s) | first request TTFT (ms) | JIT warnings | FlashInfer JIT builds |",
             "|---|---|---|---|---|"]
     for name, s in results["servers"].items():

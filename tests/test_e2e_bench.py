@@ -1,5 +1,6 @@
 """bench/e2e_bench.py itself, on the CPU engine: its tiny-cpu check starts both arms, measures them in
-turn and writes the figures (the H200 runs use the same code with the FP8 models)."""
+turn and writes the figures (the H200 runs use the same code with the FP8 models); and its summary of
+a recorded H200 run."""
 from __future__ import annotations
 
 import json
@@ -11,8 +12,8 @@ import pytest
 
 from bench import e2e_bench
 
-pytestmark = pytest.mark.engine
 ROOT = Path(__file__).resolve().parent.parent
+H200_RUN_3 = ROOT / "bench" / "data" / "h200_engine_3" / "e2e.json"
 
 
 @pytest.fixture(scope="module")
@@ -28,6 +29,7 @@ def run(tmp_path_factory):
     return tmp / "out", p.stdout
 
 
+@pytest.mark.engine
 def test_both_arms_measured_alternately(run):
     out, stdout = run
     res = json.loads((out / "e2e.json").read_text())
@@ -43,6 +45,7 @@ def test_both_arms_measured_alternately(run):
     assert order == ["0 stock", "0 image", "1 stock", "1 image"]
 
 
+@pytest.mark.engine
 def test_servers_started_cold_and_stopped(run):
     out, _ = run
     res = json.loads((out / "e2e.json").read_text())
@@ -55,6 +58,7 @@ def test_servers_started_cold_and_stopped(run):
     assert "setting flashinfer_sampler=False" in image_log  # the image arm is the launcher, not plain vLLM
 
 
+@pytest.mark.engine
 def test_summary_gives_a_ratio_per_metric(run):
     out, _ = run
     md = (out / "e2e.md").read_text()
@@ -62,3 +66,29 @@ def test_summary_gives_a_ratio_per_metric(run):
     assert len(rows) == len(e2e_bench.THROUGHPUT_CONCURRENCY) + 4 * len(e2e_bench.LATENCY_CONCURRENCY)
     tok1 = next(r for r in rows if "| tok_s | 1 |" in r).split("|")
     assert float(tok1[7]) > 0  # the median image/stock ratio
+
+
+def test_profile_steps_follow_the_window():
+    # one wave at 1 client is 4 requests one after another; at 32 clients, 32 requests side by side
+    assert e2e_bench.profile_steps(1, 128) == 4 * 128
+    assert e2e_bench.profile_steps(32, 128) == 128
+    assert e2e_bench.profile_steps(3, 10) == 2 * 10  # 4 requests, 3 at a time: two rounds
+
+
+def test_summary_of_a_recorded_run_gives_gpu_time_per_step():
+    """The summary's profile table, from H200 run 3's recorded figures (bench/data/h200_engine_3)."""
+    res = json.loads(H200_RUN_3.read_text())
+    md = e2e_bench.summarize(res)
+    rows = [ln.split("|")[1:-1] for ln in md.splitlines() if ln.startswith("| qwen3-235b-tp8-tensor | ")
+            and ln.count("|") == 11]
+    profiles = res["models"]["qwen3-235b-tp8-tensor"]["profile"]
+    assert len(rows) == len(profiles) == 4
+    for cells in rows:
+        arm, conc = cells[1].strip(), int(cells[2])
+        p = profiles[f"{arm}.c{conc}"]
+        assert float(cells[3]) == round(p["total_gpu_ms"], 1)
+        assert float(cells[4]) == pytest.approx(p["total_gpu_ms"] / e2e_bench.profile_steps(conc, 128), abs=1e-3)
+        shares = [float(c.strip().rstrip("%")) for c in cells[5:]]
+        assert sum(shares) == pytest.approx(100, abs=0.3)
+    # the run's second model has no profile (the lease ended): it gets no row
+    assert "qwen3-coder-480b-tp8-tensor | stock | 1 |" not in md
