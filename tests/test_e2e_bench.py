@@ -92,3 +92,6 @@ def test_summary_of_a_recorded_run_gives_gpu_time_per_step():
         assert sum(shares) == pytest.approx(100, abs=0.3)
     # the run's second model has no profile (the lease ended): it gets no row
     assert "qwen3-coder-480b-tp8-tensor | stock | 1 |" not in md
+    # bench/RESULTS.md "Run 3" shows these rows as the bench prints them
+    results = set((ROOT / "bench" / "RESULTS.md").read_text().splitlines())
+    assert all("|".join(["", *cells, ""]) in results for cells in rows)
