@@ -367,9 +367,11 @@ def log(msg: str) -> None:
     print(f"[e2e {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def sweep(wl: Workload, host: str, waves: int) -> dict:
-    return {"throughput": {str(c): wl.throughput(host, c, waves) for c in THROUGHPUT_CONCURRENCY},
-            "latency": {str(c): wl.latency(host, c, waves) for c in LATENCY_CONCURRENCY}}
+def sweep(wl: Workload, host: str, waves: int, clients=None) -> dict:
+    """One measured run: throughput and streamed latency at each concurrency (those in `clients` only)."""
+    keep = (lambda c: True) if clients is None else (lambda c: c in clients)
+    return {"throughput": {str(c): wl.throughput(host, c, waves) for c in THROUGHPUT_CONCURRENCY if keep(c)},
+            "latency": {str(c): wl.latency(host, c, waves) for c in LATENCY_CONCURRENCY if keep(c)}}
 
 
 def first_pass(wl: Workload, host: str) -> dict:
@@ -421,6 +423,8 @@ def summarize(results: dict) -> str:
             for kind, metric, conc in ([("throughput", "tok_s", c) for c in THROUGHPUT_CONCURRENCY]
                                        + [("latency", k, c) for c in LATENCY_CONCURRENCY
                                           for k in ("ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms")]):
+                if str(conc) not in reps["stock"][0][kind]:  # not measured in this run (--clients)
+                    continue
                 st = [r[kind][str(conc)][metric] for r in reps["stock"]]
                 im = [r[kind][str(conc)][metric] for r in reps[arm]]
                 ratios = [i / s for i, s in zip(im, st)]
@@ -451,10 +455,10 @@ def measure_model(a, m: Model, arms: dict[str, Server], vocab: int, results: dic
         log(f"{s.name}: first request TTFT {s.facts['first_ttft_ms']} ms")
     for rep in range(a.reps):
         for arm in measured:
-            r = sweep(wl, arms[arm].host, a.waves)
+            r = sweep(wl, arms[arm].host, a.waves, a.clients)
             mres["reps"].setdefault(arm, []).append(r)
             log(f"{m.name} rep {rep} {arm}: " + ", ".join(
-                f"c{c} {r['throughput'][str(c)]['tok_s']:.0f} tok/s" for c in THROUGHPUT_CONCURRENCY))
+                f"c{c} {v['tok_s']:.0f} tok/s" for c, v in r["throughput"].items()))
         save()
     # the servers' facts now, not only at the end: a run cut short during the profiles (the lease
     # ending, as in H200 run 3) still keeps each server's first TTFT and JIT counts
@@ -510,6 +514,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="each server's KV cache (1.5 GiB: 128 sequences of 320 tokens need under 1 GiB)")
     p.add_argument("--ready-timeout", type=float, default=900)
     p.add_argument("--profile", action="store_true", help="torch-profiler traces at 1 and 32 clients")
+    p.add_argument("--clients", type=int, nargs="+", choices=sorted(set(THROUGHPUT_CONCURRENCY + LATENCY_CONCURRENCY)),
+                   help="measure only these concurrencies (default: all); the warm-up pass and the profiles "
+                        "still cover every one")
     a = p.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
     if a.work.exists():

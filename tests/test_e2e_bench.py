@@ -95,3 +95,26 @@ def test_summary_of_a_recorded_run_gives_gpu_time_per_step():
     # bench/RESULTS.md "Run 3" shows these rows as the bench prints them
     results = set((ROOT / "bench" / "RESULTS.md").read_text().splitlines())
     assert all("|".join(["", *cells, ""]) in results for cells in rows)
+
+
+def test_summary_covers_only_the_measured_clients():
+    """--clients 1 8: the repetitions hold those concurrencies only, and the summary rows follow them."""
+    res = json.loads(H200_RUN_3.read_text())
+    for m in res["models"].values():
+        for reps in m["reps"].values():
+            for r in reps:
+                r["throughput"] = {c: v for c, v in r["throughput"].items() if c in ("1", "8")}
+                r["latency"] = {c: v for c, v in r["latency"].items() if c == "1"}
+    md = e2e_bench.summarize(res)
+    keys = {tuple(c.strip() for c in ln.split("|")[3:5]) for ln in md.splitlines()
+            if ln.startswith("| qwen3-coder-480b-tp8-tensor | image |")}
+    assert keys == {("tok_s", "1"), ("tok_s", "8"), ("ttft_p50_ms", "1"), ("ttft_p99_ms", "1"),
+                    ("itl_p50_ms", "1"), ("itl_p99_ms", "1")}
+
+
+def test_clients_outside_the_sweep_are_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        e2e_bench.main(["--stock-site", str(tmp_path), "--models-dir", str(tmp_path), "--out", str(tmp_path),
+                        "--clients", "1", "16"])
+    assert e.value.code == 2
+    assert "--clients: invalid choice: 16" in capsys.readouterr().err

@@ -23,7 +23,8 @@ case "${1:-}" in
 probe)
     nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
     python3 -m pip freeze > "$OUT/host-freeze.txt" 2>&1
-    { df -h /root /tmp; nproc; free -g; which nvcc; python3 --version; } > "$OUT/host.txt" 2>&1
+    { df -h /root /tmp; nproc; free -g; which nvcc; python3 --version; lscpu; nvidia-smi topo -m;
+      nvidia-smi -q -d CLOCK,PERFORMANCE; } > "$OUT/host.txt" 2>&1
     ;;
 stage)
     mkdir -p "$STAGE" && mv "$2" "$STAGE/" && ls "$STAGE" | wc -l
