@@ -14,6 +14,7 @@ from bench import e2e_bench
 
 ROOT = Path(__file__).resolve().parent.parent
 H200_RUN_3 = ROOT / "bench" / "data" / "h200_engine_3" / "e2e.json"
+H200_RUN_4 = ROOT / "bench" / "data" / "h200_engine_4" / "e2e.json"
 
 
 @pytest.fixture(scope="module")
@@ -75,9 +76,10 @@ def test_profile_steps_follow_the_window():
     assert e2e_bench.profile_steps(3, 10) == 2 * 10  # 4 requests, 3 at a time: two rounds
 
 
-def test_summary_of_a_recorded_run_gives_gpu_time_per_step():
-    """The summary's profile table, from H200 run 3's recorded figures (bench/data/h200_engine_3)."""
-    res = json.loads(H200_RUN_3.read_text())
+@pytest.mark.parametrize("recorded", [H200_RUN_3, H200_RUN_4], ids=["run3", "run4"])
+def test_summary_of_a_recorded_run_gives_gpu_time_per_step(recorded):
+    """The summary's profile table, from H200 runs 3 and 4's recorded figures (bench/data/h200_engine_*)."""
+    res = json.loads(recorded.read_text())
     md = e2e_bench.summarize(res)
     rows = [ln.split("|")[1:-1] for ln in md.splitlines() if ln.startswith("| qwen3-235b-tp8-tensor | ")
             and ln.count("|") == 11]
@@ -92,7 +94,7 @@ def test_summary_of_a_recorded_run_gives_gpu_time_per_step():
         assert sum(shares) == pytest.approx(100, abs=0.3)
     # the run's second model has no profile (the lease ended): it gets no row
     assert "qwen3-coder-480b-tp8-tensor | stock | 1 |" not in md
-    # bench/RESULTS.md "Run 3" shows these rows as the bench prints them
+    # bench/RESULTS.md "Run 3" and "Run 4" show these rows as the bench prints them
     results = set((ROOT / "bench" / "RESULTS.md").read_text().splitlines())
     assert all("|".join(["", *cells, ""]) in results for cells in rows)
 
@@ -118,3 +120,29 @@ def test_clients_outside_the_sweep_are_refused(tmp_path, capsys):
                         "--clients", "1", "16"])
     assert e.value.code == 2
     assert "--clients: invalid choice: 16" in capsys.readouterr().err
+
+
+def test_pooled_ratios_of_one_run_are_its_summary():
+    """bench.e2e_pool over one run gives the summary's median and range for every figure it pools."""
+    from bench import e2e_pool
+
+    res = json.loads(H200_RUN_3.read_text())
+    summary = {tuple(c.strip() for c in ln.split("|")[1:5]): ln.split("|")[7:9]
+               for ln in e2e_bench.summarize(res).splitlines() if ln.count("|") == 9}
+    pooled = [[c.strip() for c in ln.split("|")[1:-1]] for ln in e2e_pool.table([res])[2:]]
+    assert len(pooled) == 2 * (len(e2e_bench.THROUGHPUT_CONCURRENCY) + 2 * len(e2e_bench.LATENCY_CONCURRENCY))
+    for model, metric, clients, n, median, spread in pooled:
+        assert int(n) == 5
+        assert [x.strip() for x in summary[(model, "image", metric, clients)]] == [median, spread]
+
+
+def test_results_pool_runs_3_and_4_as_the_tool_prints():
+    from bench import e2e_pool
+
+    rows = e2e_pool.table([json.loads(H200_RUN_3.read_text()), json.loads(H200_RUN_4.read_text())])
+    results = set((ROOT / "bench" / "RESULTS.md").read_text().splitlines())
+    shown = [r for r in rows[2:] if r in results]
+    # RESULTS shows the figures both runs measured: tok/s at 1 and 8 clients, inter-token p50 at 1
+    assert {tuple(c.strip() for c in r.split("|")[2:4]) for r in shown} == \
+        {("tok_s", "1"), ("tok_s", "8"), ("itl_p50_ms", "1")}
+    assert len(shown) == 6 and all("| 11 |" in r for r in shown)
