@@ -146,3 +146,8 @@ def test_results_pool_runs_3_and_4_as_the_tool_prints():
     assert {tuple(c.strip() for c in r.split("|")[2:4]) for r in shown} == \
         {("tok_s", "1"), ("tok_s", "8"), ("itl_p50_ms", "1")}
     assert len(shown) == 6 and all("| 11 |" in r for r in shown)
+
+
+def test_models_run_in_the_order_given():
+    names = ["qwen3-coder-480b-tp8-tensor", "qwen3-235b-tp8-tensor", "qwen3-coder-480b-tp8-tensor"]
+    assert [m.name for m in e2e_bench.chosen_models(names)] == names[:2]
