@@ -226,7 +226,10 @@ def start_server(a, model: Model, arm: str, model_dir: Path, work: Path) -> Serv
     port = free_port()
     name = f"{model.name}.{arm}"
     env = _cold_env(os.environ, work / "homes" / name)
-    engine_args = {"max-num-seqs": str(MAX_NUM_SEQS), "max-model-len": str(a.in_tokens + a.out_tokens + 64),
+    # jit-monitor-verbose: vLLM's JIT monitor otherwise warns once per kernel, so a second compile of the
+    # same kernel (stock's first larger batch, H200 runs 3-4) would leave no line to count
+    engine_args = {"jit-monitor-verbose": True,
+                   "max-num-seqs": str(MAX_NUM_SEQS), "max-model-len": str(a.in_tokens + a.out_tokens + 64),
                    "gpu-memory-utilization": str(a.gpu_mem), "kv-cache-memory-bytes": str(a.kv_bytes)}
     if a.profile:
         prof = work / "profiles" / name
@@ -238,7 +241,8 @@ def start_server(a, model: Model, arm: str, model_dir: Path, work: Path) -> Serv
             env["OPTION_FP8_MOE_STOCK_ORDER"] = "true"
         env.update({"SERVING_PYTHON": a.image_python, "OPTION_MODEL_ID": str(model_dir), "OPTION_HOST": "127.0.0.1",
                     "OPTION_PORT": str(port), "SERVING_MODEL_DIR": str(work / "no-model-dir")})
-        env.update({"OPTION_" + k.upper().replace("-", "_"): v for k, v in engine_args.items()})
+        env.update({"OPTION_" + k.upper().replace("-", "_"): "true" if v is True else v
+                    for k, v in engine_args.items()})
         cmd = [str(ROOT / "entrypoint.sh"), "serve"]
     else:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (a.stock_site, env.get("PYTHONPATH", "")) if p)
@@ -249,7 +253,7 @@ def start_server(a, model: Model, arm: str, model_dir: Path, work: Path) -> Serv
         cmd = [a.image_python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
                "--host", "127.0.0.1", "--port", str(port)]
         for k, v in engine_args.items():
-            cmd += ["--" + k, v]
+            cmd += ["--" + k] if v is True else ["--" + k, v]
     log_path = work / "logs" / f"{name}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "wb") as log:
