@@ -16,7 +16,8 @@ from pathlib import Path
 METRICS = (("throughput", "tok_s"), ("latency", "ttft_p50_ms"), ("latency", "itl_p50_ms"))
 
 
-def paired_ratios(runs: list[dict], model: str, kind: str, metric: str, clients: str, arm: str = "image") -> list[float]:
+def paired_ratios(runs: list[dict], model: str, kind: str, metric: str, clients: str,
+                  arm: str = "image") -> list[float]:
     """Every repetition's arm/stock ratio for one figure, over the runs that measured it."""
     out = []
     for res in runs:
