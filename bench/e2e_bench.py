@@ -373,9 +373,9 @@ def log(msg: str) -> None:
 
 def sweep(wl: Workload, host: str, waves: int, clients=None) -> dict:
     """One measured run: throughput and streamed latency at each concurrency (those in `clients` only)."""
-    keep = (lambda c: True) if clients is None else (lambda c: c in clients)
-    return {"throughput": {str(c): wl.throughput(host, c, waves) for c in THROUGHPUT_CONCURRENCY if keep(c)},
-            "latency": {str(c): wl.latency(host, c, waves) for c in LATENCY_CONCURRENCY if keep(c)}}
+    keep = set(clients or THROUGHPUT_CONCURRENCY + LATENCY_CONCURRENCY)
+    return {"throughput": {str(c): wl.throughput(host, c, waves) for c in THROUGHPUT_CONCURRENCY if c in keep},
+            "latency": {str(c): wl.latency(host, c, waves) for c in LATENCY_CONCURRENCY if c in keep}}
 
 
 def first_pass(wl: Workload, host: str) -> dict:
@@ -416,6 +416,19 @@ def profile_table(results: dict) -> list[str]:
             "|---|---|---|---|---|" + "---|" * len(PROFILE_CLASSES)] + rows
 
 
+def paired_ratios(runs: list[dict], model: str, kind: str, metric: str, clients: str,
+                  arm: str = "image") -> list[float]:
+    """Every repetition's arm/stock ratio for one figure (the arm's figure over the stock figure measured just
+    before it), over the recorded runs that measured it."""
+    out = []
+    for res in runs:
+        reps = res["models"].get(model, {}).get("reps", {})
+        for st, im in zip(reps.get("stock", []), reps.get(arm, [])):
+            if clients in st[kind] and clients in im[kind]:
+                out.append(im[kind][clients][metric] / st[kind][clients][metric])
+    return out
+
+
 def summarize(results: dict) -> str:
     out = ["| model | arm | metric | clients | stock | arm | arm/stock median | paired ratio range |",
            "|---|---|---|---|---|---|---|---|"]
@@ -427,11 +440,11 @@ def summarize(results: dict) -> str:
             for kind, metric, conc in ([("throughput", "tok_s", c) for c in THROUGHPUT_CONCURRENCY]
                                        + [("latency", k, c) for c in LATENCY_CONCURRENCY
                                           for k in ("ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms")]):
-                if str(conc) not in reps["stock"][0][kind]:  # not measured in this run (--clients)
+                ratios = paired_ratios([results], mname, kind, metric, str(conc), arm)
+                if not ratios:  # not measured in this run (--clients)
                     continue
                 st = [r[kind][str(conc)][metric] for r in reps["stock"]]
                 im = [r[kind][str(conc)][metric] for r in reps[arm]]
-                ratios = [i / s for i, s in zip(im, st)]
                 out.append(f"| {mname} | {arm} | {metric} | {conc} | {statistics.median(st):.1f} | "
                            f"{statistics.median(im):.1f} | {statistics.median(ratios):.3f} | "
                            f"{min(ratios):.3f}-{max(ratios):.3f} |")

@@ -13,19 +13,9 @@ import statistics
 import sys
 from pathlib import Path
 
+from bench.e2e_bench import paired_ratios
+
 METRICS = (("throughput", "tok_s"), ("latency", "ttft_p50_ms"), ("latency", "itl_p50_ms"))
-
-
-def paired_ratios(runs: list[dict], model: str, kind: str, metric: str, clients: str,
-                  arm: str = "image") -> list[float]:
-    """Every repetition's arm/stock ratio for one figure, over the runs that measured it."""
-    out = []
-    for res in runs:
-        reps = res["models"].get(model, {}).get("reps", {})
-        for st, im in zip(reps.get("stock", []), reps.get(arm, [])):
-            if clients in st[kind] and clients in im[kind]:
-                out.append(im[kind][clients][metric] / st[kind][clients][metric])
-    return out
 
 
 def table(runs: list[dict]) -> list[str]:
