@@ -51,11 +51,13 @@ MAX_NUM_SEQS = 128
 
 @dataclass(frozen=True)
 class Model:
-    """One benchmark model: a serving.tiny_model preset in one FP8 scheme, and the arms that serve it."""
+    """One benchmark model: a serving.tiny_model preset in one FP8 scheme, the arms that serve it, and
+    engine arguments every arm of it gets (flag name without dashes -> value)."""
     name: str
     preset: str
     fp8: str
     arms: tuple[str, ...] = ("stock", "image")
+    engine_args: tuple[tuple[str, str], ...] = ()
 
 
 # Arms: "stock" and "image" (above); "image-stock-order": the image with OPTION_FP8_MOE_STOCK_ORDER=true
@@ -72,7 +74,11 @@ MODELS = (
     # the one case where the routing patch changes stock's backend.
     Model("qwen3-235b-tp8-static", "qwen3-235b-a22b-tp8", "static",
           ("stock", "image", "image-stock-order", "stock-no-nvcc")),
-    Model("deepseek-v3-tp8-block", "deepseek-v3-tp8", "block"),
+    # Block FP8: the linear layers on vLLM's prebuilt CUTLASS block-scaled kernel in both arms, so that
+    # only the MoE path differs. vLLM's default there is FlashInfer's DeepGEMM kernel, which the image
+    # builds with nvcc at start and stock follows with DeepGEMM's JIT warm-up of 512 shapes (H200 run 2:
+    # 42-48 minutes by its own estimate), beyond one session's device time.
+    Model("deepseek-v3-tp8-block", "deepseek-v3-tp8", "block", engine_args=(("linear-backend", "cutlass"),)),
     Model("qwen3-coder-480b-tp8-tensor", "qwen3-coder-480b-a35b-tp8", "tensor"),
 )
 # The embedded bf16 tiny model: a check of this script itself on the CPU engine (--models tiny-cpu).
@@ -230,7 +236,8 @@ def start_server(a, model: Model, arm: str, model_dir: Path, work: Path) -> Serv
     # same kernel (stock's first larger batch, H200 runs 3-4) would leave no line to count
     engine_args = {"jit-monitor-verbose": True,
                    "max-num-seqs": str(MAX_NUM_SEQS), "max-model-len": str(a.in_tokens + a.out_tokens + 64),
-                   "gpu-memory-utilization": str(a.gpu_mem), "kv-cache-memory-bytes": str(a.kv_bytes)}
+                   "gpu-memory-utilization": str(a.gpu_mem), "kv-cache-memory-bytes": str(a.kv_bytes),
+                   **dict(model.engine_args)}
     if a.profile:
         prof = work / "profiles" / name
         prof.mkdir(parents=True, exist_ok=True)
