@@ -228,10 +228,10 @@ def _without_nvcc(env: dict) -> dict:
     return env
 
 
-def start_server(a, model: Model, arm: str, model_dir: Path, work: Path) -> Server:
-    port = free_port()
-    name = f"{model.name}.{arm}"
-    env = _cold_env(os.environ, work / "homes" / name)
+def server_command(a, model: Model, arm: str, model_dir: Path, work: Path, port: int) -> tuple[list[str], dict]:
+    """The command and environment of one arm's server: the image through its launcher (settings as OPTION_*
+    variables), stock as vLLM's own OpenAI server (the same settings as flags)."""
+    env = _cold_env(os.environ, work / "homes" / f"{model.name}.{arm}")
     # jit-monitor-verbose: vLLM's JIT monitor otherwise warns once per kernel, so a second compile of the
     # same kernel (stock's first larger batch, H200 runs 3-4) would leave no line to count
     engine_args = {"jit-monitor-verbose": True,
@@ -239,7 +239,7 @@ def start_server(a, model: Model, arm: str, model_dir: Path, work: Path) -> Serv
                    "gpu-memory-utilization": str(a.gpu_mem), "kv-cache-memory-bytes": str(a.kv_bytes),
                    **dict(model.engine_args)}
     if a.profile:
-        prof = work / "profiles" / name
+        prof = work / "profiles" / f"{model.name}.{arm}"
         prof.mkdir(parents=True, exist_ok=True)
         engine_args["profiler-config"] = json.dumps({"profiler": "torch", "torch_profiler_dir": str(prof),
                                                      "torch_profiler_with_stack": False})
@@ -261,6 +261,13 @@ def start_server(a, model: Model, arm: str, model_dir: Path, work: Path) -> Serv
                "--host", "127.0.0.1", "--port", str(port)]
         for k, v in engine_args.items():
             cmd += ["--" + k] if v is True else ["--" + k, v]
+    return cmd, env
+
+
+def start_server(a, model: Model, arm: str, model_dir: Path, work: Path) -> Server:
+    port = free_port()
+    name = f"{model.name}.{arm}"
+    cmd, env = server_command(a, model, arm, model_dir, work, port)
     log_path = work / "logs" / f"{name}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "wb") as log:

@@ -15,6 +15,7 @@ from bench import e2e_bench
 ROOT = Path(__file__).resolve().parent.parent
 H200_RUN_3 = ROOT / "bench" / "data" / "h200_engine_3" / "e2e.json"
 H200_RUN_4 = ROOT / "bench" / "data" / "h200_engine_4" / "e2e.json"
+H200_RUN_5 = ROOT / "bench" / "data" / "h200_engine_5" / "e2e.json"
 
 
 @pytest.fixture(scope="module")
@@ -77,27 +78,29 @@ def test_profile_steps_follow_the_window():
     assert e2e_bench.profile_steps(3, 10) == 2 * 10  # 4 requests, 3 at a time: two rounds
 
 
-@pytest.mark.parametrize("recorded", [H200_RUN_3, H200_RUN_4], ids=["run3", "run4"])
+@pytest.mark.parametrize("recorded", [H200_RUN_3, H200_RUN_4, H200_RUN_5], ids=["run3", "run4", "run5"])
 def test_summary_of_a_recorded_run_gives_gpu_time_per_step(recorded):
-    """The summary's profile table, from H200 runs 3 and 4's recorded figures (bench/data/h200_engine_*)."""
+    """The summary's profile table, from H200 runs 3-5's recorded figures (bench/data/h200_engine_*)."""
     res = json.loads(recorded.read_text())
     md = e2e_bench.summarize(res)
-    rows = [ln.split("|")[1:-1] for ln in md.splitlines() if ln.startswith("| qwen3-235b-tp8-tensor | ")
-            and ln.count("|") == 11]
-    profiles = res["models"]["qwen3-235b-tp8-tensor"]["profile"]
-    assert len(rows) == len(profiles) == 4
-    for cells in rows:
-        arm, conc = cells[1].strip(), int(cells[2])
-        p = profiles[f"{arm}.c{conc}"]
-        assert float(cells[3]) == round(p["total_gpu_ms"], 1)
-        assert float(cells[4]) == pytest.approx(p["total_gpu_ms"] / e2e_bench.profile_steps(conc, 128), abs=1e-3)
-        shares = [float(c.strip().rstrip("%")) for c in cells[5:]]
-        assert sum(shares) == pytest.approx(100, abs=0.3)
-    # the run's second model has no profile (the lease ended): it gets no row
-    assert "qwen3-coder-480b-tp8-tensor | stock | 1 |" not in md
-    # bench/RESULTS.md "Run 3" and "Run 4" show these rows as the bench prints them
     results = set((ROOT / "bench" / "RESULTS.md").read_text().splitlines())
-    assert all("|".join(["", *cells, ""]) in results for cells in rows)
+    profiled = 0
+    for model, m in res["models"].items():
+        rows = [ln.split("|")[1:-1] for ln in md.splitlines() if ln.startswith(f"| {model} | ") and ln.count("|") == 11]
+        profiles = m["profile"]
+        # runs 3 and 4 lost the second model's profiles (the lease ended): such a model gets no row
+        assert len(rows) == len(profiles) in (0, 4)
+        profiled += bool(rows)
+        for cells in rows:
+            arm, conc = cells[1].strip(), int(cells[2])
+            p = profiles[f"{arm}.c{conc}"]
+            assert float(cells[3]) == round(p["total_gpu_ms"], 1)
+            assert float(cells[4]) == pytest.approx(p["total_gpu_ms"] / e2e_bench.profile_steps(conc, 128), abs=1e-3)
+            shares = [float(c.strip().rstrip("%")) for c in cells[5:]]
+            assert sum(shares) == pytest.approx(100, abs=0.3)
+        # bench/RESULTS.md "Run 3" to "Run 5" show these rows as the bench prints them
+        assert all("|".join(["", *cells, ""]) in results for cells in rows)
+    assert profiled == (2 if recorded == H200_RUN_5 else 1)
 
 
 def test_summary_covers_only_the_measured_clients():
@@ -137,18 +140,47 @@ def test_pooled_ratios_of_one_run_are_its_summary():
         assert [x.strip() for x in summary[(model, "image", metric, clients)]] == [median, spread]
 
 
-def test_results_pool_runs_3_and_4_as_the_tool_prints():
+def test_results_pool_runs_3_to_5_as_the_tool_prints():
     from bench import e2e_pool
 
-    rows = e2e_pool.table([json.loads(H200_RUN_3.read_text()), json.loads(H200_RUN_4.read_text())])
+    runs = [json.loads(p.read_text()) for p in (H200_RUN_3, H200_RUN_4, H200_RUN_5)]
     results = set((ROOT / "bench" / "RESULTS.md").read_text().splitlines())
-    shown = [r for r in rows[2:] if r in results]
-    # RESULTS shows the figures both runs measured: tok/s at 1 and 8 clients, inter-token p50 at 1
+    # RESULTS "Run 4" pools runs 3 and 4: the figures both measured (tok/s at 1 and 8 clients, inter-token p50 at 1)
+    shown = [r for r in e2e_pool.table(runs[:2])[2:] if r in results]
     assert {tuple(c.strip() for c in r.split("|")[2:4]) for r in shown} == \
         {("tok_s", "1"), ("tok_s", "8"), ("itl_p50_ms", "1")}
     assert len(shown) == 6 and all("| 11 |" in r for r in shown)
+    # RESULTS "Run 5" pools all three: every row of the Qwen3-Coder shard, the only model of all three runs
+    rows = [r for r in e2e_pool.table(runs)[2:] if r.startswith("| qwen3-coder-480b-tp8-tensor |")]
+    assert len(rows) == 8 and all(r in results for r in rows)
+    assert {r.split("|")[4].strip() for r in rows if r.split("|")[3].strip() == "1"} == {"14"}
 
 
 def test_models_run_in_the_order_given():
     names = ["qwen3-coder-480b-tp8-tensor", "qwen3-235b-tp8-tensor", "qwen3-coder-480b-tp8-tensor"]
     assert [m.name for m in e2e_bench.chosen_models(names)] == names[:2]
+
+
+def test_a_models_engine_args_reach_both_arms_as_the_same_vllm_flags(tmp_path):
+    """The block-FP8 model's --linear-backend cutlass: a flag on stock's command line, an OPTION_ variable for
+    the image, which the image's launcher turns into the same flag (so only the MoE path differs)."""
+    import types
+
+    from serving import launcher
+    from serving.vllm_args import VllmArgs
+
+    m = next(m for m in e2e_bench.MODELS if m.fp8 == "block")
+    assert dict(m.engine_args) == {"linear-backend": "cutlass"}
+    a = types.SimpleNamespace(in_tokens=128, out_tokens=128, gpu_mem=0.08, kv_bytes=1 << 30, profile=False,
+                              image_python=sys.executable, stock_site=str(tmp_path / "stock"))
+    stock_cmd, _ = e2e_bench.server_command(a, m, "stock", tmp_path / "model", tmp_path, 8001)
+    _, image_env = e2e_bench.server_command(a, m, "image", tmp_path / "model", tmp_path, 8002)
+    assert stock_cmd[stock_cmd.index("--linear-backend") + 1] == "cutlass"
+    assert image_env["OPTION_LINEAR_BACKEND"] == "cutlass"
+    p = launcher.plan({k: v for k, v in image_env.items() if k.startswith("OPTION_") or k == "SERVING_MODEL_DIR"}
+                      | {"OPTION_MODEL_ID": "Qwen/Qwen3-0.6B"}, VllmArgs())
+    assert p.argv[p.argv.index("--linear-backend") + 1] == "cutlass"
+    # every other engine setting of the two arms agrees too
+    for flag in ("--max-num-seqs", "--max-model-len", "--kv-cache-memory-bytes", "--gpu-memory-utilization"):
+        assert p.argv[p.argv.index(flag) + 1] == stock_cmd[stock_cmd.index(flag) + 1], flag
+    assert "--jit-monitor-verbose" in p.argv and "--jit-monitor-verbose" in stock_cmd
