@@ -52,7 +52,7 @@ MAX_NUM_SEQS = 128
 @dataclass(frozen=True)
 class Model:
     """One benchmark model: a serving.tiny_model preset in one FP8 scheme, the arms that serve it, and
-    engine arguments every arm of it gets (flag name without dashes -> value)."""
+    engine arguments every arm of it gets (flag without its leading dashes -> value)."""
     name: str
     preset: str
     fp8: str
@@ -231,7 +231,8 @@ def _without_nvcc(env: dict) -> dict:
 def server_command(a, model: Model, arm: str, model_dir: Path, work: Path, port: int) -> tuple[list[str], dict]:
     """The command and environment of one arm's server: the image through its launcher (settings as OPTION_*
     variables), stock as vLLM's own OpenAI server (the same settings as flags)."""
-    env = _cold_env(os.environ, work / "homes" / f"{model.name}.{arm}")
+    name = f"{model.name}.{arm}"
+    env = _cold_env(os.environ, work / "homes" / name)
     # jit-monitor-verbose: vLLM's JIT monitor otherwise warns once per kernel, so a second compile of the
     # same kernel (stock's first larger batch, H200 runs 3-4) would leave no line to count
     engine_args = {"jit-monitor-verbose": True,
@@ -239,7 +240,7 @@ def server_command(a, model: Model, arm: str, model_dir: Path, work: Path, port:
                    "gpu-memory-utilization": str(a.gpu_mem), "kv-cache-memory-bytes": str(a.kv_bytes),
                    **dict(model.engine_args)}
     if a.profile:
-        prof = work / "profiles" / f"{model.name}.{arm}"
+        prof = work / "profiles" / name
         prof.mkdir(parents=True, exist_ok=True)
         engine_args["profiler-config"] = json.dumps({"profiler": "torch", "torch_profiler_dir": str(prof),
                                                      "torch_profiler_with_stack": False})

@@ -36,7 +36,7 @@ all)
     step() { echo "=== $(($(date +%s) - t0)) s: $*"; }
     step "unpack"
     cat "$STAGE"/wheelhouse.tar.part-* | tar -x -C "$(dirname "$WH")" || exit 1
-    rm -rf "$STAGE"  # 2 GB of the host's 64 GB disk, which the 16-layer DeepSeek-V3 shard's two copies need
+    rm -rf "$STAGE"  # 2 GB of the host's 64 GB disk; a 16-layer model takes 15-23 GB
     # SMOKE=0: the venv only (make gpu-venv), when the smoke test already passed on this stack
     target=smoke; [ "${SMOKE:-1}" = 0 ] && target=gpu-venv
     step "make $target (install from the wheelhouse, apply the series[, GPU smoke tests])"
