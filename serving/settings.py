@@ -208,6 +208,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("fp8_moe_stock_order", "true: vLLM's stock FP8 MoE backend order instead of the patched Triton-first "
             "order for per-tensor FP8 on Hopper (patch 0001).", parse=parse_bool, env=("LMI_FP8_MOE_STOCK_ORDER",),
             engine_env="LMI_FP8_MOE_STOCK_ORDER"),
+    Setting("fp8_moe_one_launch_quant", "false: vLLM's two-kernel dynamic per-tensor FP8 quantization of the fused "
+            "MoE's inputs instead of the one-launch kernel for decode sizes (patch 0006).", parse=parse_bool,
+            env=("LMI_FP8_MOE_ONE_LAUNCH_QUANT",), engine_env="LMI_FP8_MOE_ONE_LAUNCH_QUANT"),
     Setting("flashinfer_sampler", "FlashInfer's top-k/top-p sampler. Off by default: it is compiled with nvcc at the "
             "first start on every fresh host (minutes against the health-check timeout, and a failure where there is no "
             "nvcc); off, vLLM's own PyTorch sampler runs.", parse=parse_bool, default=False,

@@ -184,3 +184,25 @@ def test_a_models_engine_args_reach_both_arms_as_the_same_vllm_flags(tmp_path):
     for flag in ("--max-num-seqs", "--max-model-len", "--kv-cache-memory-bytes", "--gpu-memory-utilization"):
         assert p.argv[p.argv.index(flag) + 1] == stock_cmd[stock_cmd.index(flag) + 1], flag
     assert "--jit-monitor-verbose" in p.argv and "--jit-monitor-verbose" in stock_cmd
+
+
+def test_the_vllm_quant_arm_differs_from_the_image_by_patch_0006s_switch_alone(tmp_path):
+    """image-vllm-quant: the image's launcher hands the engine LMI_FP8_MOE_ONE_LAUNCH_QUANT=0 (vLLM's own
+    two-kernel quantization); the image arm leaves the patched default; the engine flags are the same."""
+    import types
+
+    from serving import launcher
+    from serving.vllm_args import VllmArgs
+
+    m = next(m for m in e2e_bench.MODELS if m.name == "qwen3-235b-tp8-tensor")
+    assert "image-vllm-quant" in m.arms and "image-vllm-quant" in e2e_bench.MEASURED_ARMS
+    a = types.SimpleNamespace(in_tokens=128, out_tokens=128, gpu_mem=0.08, kv_bytes=1 << 30, profile=False,
+                              image_python=sys.executable, stock_site=str(tmp_path / "stock"))
+    plans = {}
+    for arm in ("image", "image-vllm-quant"):
+        _, env = e2e_bench.server_command(a, m, arm, tmp_path / "model", tmp_path, 8002)
+        plans[arm] = launcher.plan({k: v for k, v in env.items() if k.startswith("OPTION_") or k == "SERVING_MODEL_DIR"}
+                                   | {"OPTION_MODEL_ID": "Qwen/Qwen3-0.6B"}, VllmArgs())
+    assert plans["image-vllm-quant"].env["LMI_FP8_MOE_ONE_LAUNCH_QUANT"] == "0"
+    assert "LMI_FP8_MOE_ONE_LAUNCH_QUANT" not in plans["image"].env
+    assert plans["image"].argv == plans["image-vllm-quant"].argv

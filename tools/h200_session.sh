@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One H200 session: the GPU runtime from a wheelhouse carried in parts, `make smoke`, stock vLLM
-# beside the image, and the engine benchmark. Run in the repository root on the GPU host.
+# beside the image, patch 0006's quantization bench and the engine benchmark. Run in the repository root on the GPU host.
 #
 #   tools/h200_session.sh probe                 # host facts into $OUT (nvidia-smi, pip freeze)
 #   tools/h200_session.sh stage PART            # move one carried part (.stage/...) to $STAGE
@@ -44,6 +44,8 @@ all)
     echo "make $target exit: ${PIPESTATUS[0]}"
     step "stock vLLM 0.32.0 beside it (pristine wheel)"
     "$GPU_VENV/bin/python" -m pip install -q --no-index --no-deps --find-links "$WH" --target "$STOCK" vllm==0.32.0
+    step "patch 0006 against vLLM's FP8 quantization op (bytes and CUDA-graph time)"
+    "$GPU_VENV/bin/python" -m bench.fp8_quant_bench --out "$RES/quant"
     step "engine benchmark"
     "$GPU_VENV/bin/python" -m bench.e2e_bench --stock-site "$STOCK" --image-python "$GPU_VENV/bin/python" \
         --models-dir /root/models --out "$RES/e2e" --ready-timeout 480 --profile ${E2E_ARGS:-}
@@ -54,6 +56,7 @@ collect)
     [ -d "$RES" ] || { echo "no results yet"; exit 0; }
     for f in session.log smoke.log; do [ -f "$RES/$f" ] && cp "$RES/$f" "$OUT/"; done
     for f in e2e.md e2e.json; do [ -f "$RES/e2e/$f" ] && cp "$RES/e2e/$f" "$OUT/"; done
+    for f in fp8_quant.md fp8_quant.json; do [ -f "$RES/quant/$f" ] && cp "$RES/quant/$f" "$OUT/"; done
     [ -d "$RES/e2e/logs" ] && tar -czf "$OUT/e2e-logs.tar.gz" -C "$RES/e2e" logs
     [ -d /tmp/e2e-work/logs ] && tar -czf "$OUT/e2e-live-logs.tar.gz" -C /tmp/e2e-work logs
     tail -n 25 "$RES/session.log"

@@ -1,0 +1,105 @@
+"""Patch 0006 on the GPU: the one-launch dynamic per-tensor FP8 quantization against vLLM's op
+(`ops.scaled_fp8_quant`: memset, abs-max kernel, quantization kernel) on the fused MoE's decode inputs.
+
+    python -m bench.fp8_quant_bench --out DIR      (the image's Python: vLLM with the series applied)
+
+For each input (w13: tokens x hidden; w2: tokens x top-k x N, of the TP8 shards) it checks that both give
+the same fp8 bytes and scale, then times each inside a CUDA graph of 100 calls, as vLLM's decode runs them,
+replayed alternately (vLLM's op, one launch, ...) 7 times: microseconds per call, the median and the range.
+Prints a markdown table and writes fp8_quant.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+import torch
+
+SHAPES = {  # name -> (hidden or top-k x N); rows = tokens (w13) or tokens x top-k (w2)
+    "qwen3-235b-tp8 w13": (1, 4096), "qwen3-235b-tp8 w2": (8, 192),
+    "qwen3-coder-480b-tp8 w13": (1, 6144), "qwen3-coder-480b-tp8 w2": (8, 320),
+}
+TOKENS = (1, 2, 4, 8)
+CALLS = 100
+REPS = 7
+
+
+def graph_of(fn, x) -> torch.cuda.CUDAGraph:
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn(x)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(CALLS):
+            fn(x)
+    return g
+
+
+def time_us(g: torch.cuda.CUDAGraph) -> float:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    g.replay()
+    start.record()
+    g.replay()
+    end.record()
+    end.synchronize()
+    return 1e3 * start.elapsed_time(end) / CALLS
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, required=True)
+    a = p.parse_args()
+    from vllm import _custom_ops as ops
+    from vllm.model_executor.layers.fused_moe import utils
+
+    def vllm_op(x):
+        return ops.scaled_fp8_quant(x, None, use_per_token_if_dynamic=False)
+
+    one_launch = utils.per_tensor_fp8_quant_one_launch
+    torch.manual_seed(0)
+    rows, results = [], {"device": torch.cuda.get_device_name(), "calls_per_graph": CALLS, "reps": REPS,
+                         "cases": {}}
+    for name, (per_token_rows, width) in SHAPES.items():
+        for tokens in TOKENS:
+            x = torch.randn(tokens * per_token_rows, width, device="cuda", dtype=torch.bfloat16) * 3
+            if x.numel() > utils._ONE_LAUNCH_QUANT_BLOCKS[-1]:
+                continue
+            assert utils._use_one_launch_quant(x), "the one-launch path is off (LMI_FP8_MOE_ONE_LAUNCH_QUANT?)"
+            q0, s0 = vllm_op(x)
+            q1, s1 = one_launch(x)
+            same_q = bool(torch.equal(q0.view(torch.uint8), q1.view(torch.uint8)))
+            same_s = bool(torch.equal(s0.reshape(1), s1.reshape(1)))
+            graphs = {"vllm": graph_of(vllm_op, x), "one_launch": graph_of(one_launch, x)}
+            t = {k: [] for k in graphs}
+            for _ in range(REPS):
+                for k, g in graphs.items():
+                    t[k].append(time_us(g))
+            ratios = [o / v for v, o in zip(t["vllm"], t["one_launch"])]
+            case = {"numel": x.numel(), "same_fp8_bytes": same_q, "same_scale": same_s,
+                    "us_vllm": t["vllm"], "us_one_launch": t["one_launch"], "ratio_median": statistics.median(ratios),
+                    "ratio_range": [min(ratios), max(ratios)]}
+            results["cases"][f"{name} {tokens} tok"] = case
+            rows.append(f"| {name} | {tokens} | {x.numel()} | {same_q and same_s} | "
+                        f"{statistics.median(t['vllm']):.2f} | {statistics.median(t['one_launch']):.2f} | "
+                        f"{case['ratio_median']:.3f} ({min(ratios):.3f}-{max(ratios):.3f}) |")
+    zero = torch.zeros(4, 4096, device="cuda", dtype=torch.bfloat16)
+    (qz0, sz0), (qz1, sz1) = vllm_op(zero), one_launch(zero)
+    results["all_zero_same"] = bool(torch.equal(qz0.view(torch.uint8), qz1.view(torch.uint8))
+                                    and torch.equal(sz0.reshape(1), sz1.reshape(1)))
+    table = ["| input | tokens | elements | same fp8 bytes and scale | vLLM op us/call | one launch us/call | "
+             "one launch / vLLM (range) |", "|---|---|---|---|---|---|---|"] + rows
+    table.append(f"\nall-zero input, same bytes and scale: {results['all_zero_same']}")
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / "fp8_quant.json").write_text(json.dumps(results, indent=1))
+    (a.out / "fp8_quant.md").write_text("\n".join(table) + "\n")
+    print("\n".join(table))
+    return 0 if all(c["same_fp8_bytes"] and c["same_scale"] for c in results["cases"].values()) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

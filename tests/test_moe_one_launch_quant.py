@@ -1,0 +1,55 @@
+"""Patch 0006's one-launch FP8 quantization kernel, as the installed (patched) vLLM ships it, run by Triton's
+interpreter on the CPU (tests/moe_one_launch_quant_check.py, in its own process) against vLLM's CUDA op's
+arithmetic: decode shapes of the TP8 shards in three input dtypes, an all-zero input, the size limit and the
+switch. bench/fp8_quant_bench.py compares the fp8 bits with vLLM's op on the H200."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def cases():
+    pytest.importorskip("triton")
+    env = dict(os.environ, TRITON_INTERPRET="1",
+               PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
+    r = subprocess.run([sys.executable, str(ROOT / "tests" / "moe_one_launch_quant_check.py")],
+                       cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])["cases"]
+
+
+def test_scale_and_values_match_vllms_op(cases):
+    shaped = {k: v for k, v in cases.items() if isinstance(v, dict) and "q_equal" in v}
+    assert len(shaped) == 7 * 3
+    bad = {k: v for k, v in shaped.items() if not (v["scale_equal"] and v["q_equal"])}
+    assert not bad, bad
+
+
+def test_block_is_the_smallest_that_holds_the_input(cases):
+    assert cases["w2 235B 1 token torch.bfloat16"]["block"] == 2048      # 1,536 elements
+    assert cases["w13 235B 1 token torch.bfloat16"]["block"] == 4096
+    assert cases["w13 Coder 1 token torch.bfloat16"]["block"] == 8192    # 6,144
+    assert cases["w13 235B 4 tokens torch.bfloat16"]["block"] == 16384
+
+
+def test_all_zero_input_quantizes_as_vllms_op(cases):
+    # scale 0, and 0 * (1/0) = NaN, which the CUDA op's fminf turns into fp8_max: dequantized, still 0
+    assert cases["all zeros"] == {"scale": 0.0, "q_values": [448.0]}
+
+
+def test_larger_inputs_are_refused_by_the_kernel(cases):
+    assert "16385 elements exceed" in cases["over the limit"]
+
+
+def test_switch_values(cases):
+    assert [cases[f"switch {v!r}"] for v in ("", "1", "on", "0", "off")] == [True, True, True, False, False]
+    bad = cases["switch 'maybe'"]
+    assert "LMI_FP8_MOE_ONE_LAUNCH_QUANT='maybe'" in bad and "allowed:" in bad
