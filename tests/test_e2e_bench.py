@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 H200_RUN_3 = ROOT / "bench" / "data" / "h200_engine_3" / "e2e.json"
 H200_RUN_4 = ROOT / "bench" / "data" / "h200_engine_4" / "e2e.json"
 H200_RUN_5 = ROOT / "bench" / "data" / "h200_engine_5" / "e2e.json"
+H200_RUN_6 = ROOT / "bench" / "data" / "h200_engine_6" / "e2e.json"
 
 
 @pytest.fixture(scope="module")
@@ -78,9 +79,10 @@ def test_profile_steps_follow_the_window():
     assert e2e_bench.profile_steps(3, 10) == 2 * 10  # 4 requests, 3 at a time: two rounds
 
 
-@pytest.mark.parametrize("recorded", [H200_RUN_3, H200_RUN_4, H200_RUN_5], ids=["run3", "run4", "run5"])
+@pytest.mark.parametrize("recorded", [H200_RUN_3, H200_RUN_4, H200_RUN_5, H200_RUN_6],
+                         ids=["run3", "run4", "run5", "run6"])
 def test_summary_of_a_recorded_run_gives_gpu_time_per_step(recorded):
-    """The summary's profile table, from H200 runs 3-5's recorded figures (bench/data/h200_engine_*)."""
+    """The summary's profile table, from H200 runs 3-6's recorded figures (bench/data/h200_engine_*)."""
     res = json.loads(recorded.read_text())
     md = e2e_bench.summarize(res)
     results = set((ROOT / "bench" / "RESULTS.md").read_text().splitlines())
@@ -88,8 +90,9 @@ def test_summary_of_a_recorded_run_gives_gpu_time_per_step(recorded):
     for model, m in res["models"].items():
         rows = [ln.split("|")[1:-1] for ln in md.splitlines() if ln.startswith(f"| {model} | ") and ln.count("|") == 11]
         profiles = m["profile"]
-        # runs 3 and 4 lost the second model's profiles (the lease ended): such a model gets no row
-        assert len(rows) == len(profiles) in (0, 4)
+        # runs 3 and 4 lost the second model's profiles (the lease ended): such a model gets no row;
+        # run 6 profiled three arms
+        assert len(rows) == len(profiles) in (0, 4, 6)
         profiled += bool(rows)
         for cells in rows:
             arm, conc = cells[1].strip(), int(cells[2])
@@ -98,7 +101,7 @@ def test_summary_of_a_recorded_run_gives_gpu_time_per_step(recorded):
             assert float(cells[4]) == pytest.approx(p["total_gpu_ms"] / e2e_bench.profile_steps(conc, 128), abs=1e-3)
             shares = [float(c.strip().rstrip("%")) for c in cells[5:]]
             assert sum(shares) == pytest.approx(100, abs=0.3)
-        # bench/RESULTS.md "Run 3" to "Run 5" show these rows as the bench prints them
+        # bench/RESULTS.md "Run 3" to "Run 6" show these rows as the bench prints them
         assert all("|".join(["", *cells, ""]) in results for cells in rows)
     assert profiled == (2 if recorded == H200_RUN_5 else 1)
 
@@ -145,8 +148,11 @@ def test_results_pool_runs_3_to_5_as_the_tool_prints():
 
     runs = [json.loads(p.read_text()) for p in (H200_RUN_3, H200_RUN_4, H200_RUN_5)]
     results = set((ROOT / "bench" / "RESULTS.md").read_text().splitlines())
-    # RESULTS "Run 4" pools runs 3 and 4: the figures both measured (tok/s at 1 and 8 clients, inter-token p50 at 1)
-    shown = [r for r in e2e_pool.table(runs[:2])[2:] if r in results]
+    # RESULTS "Run 4" pools runs 3 and 4: the figures both measured (tok/s at 1 and 8 clients, inter-token p50 at 1);
+    # the 235B row only run 3 measured (128 clients) comes out the same when run 6 joins its pool ("Run 6")
+    with_run_6 = set(e2e_pool.table([*runs[:2], json.loads(H200_RUN_6.read_text())]))
+    shown = [r for r in e2e_pool.table(runs[:2])[2:] if r in results
+             and not (r.startswith("| qwen3-235b-tp8-tensor |") and r in with_run_6)]
     assert {tuple(c.strip() for c in r.split("|")[2:4]) for r in shown} == \
         {("tok_s", "1"), ("tok_s", "8"), ("itl_p50_ms", "1")}
     assert len(shown) == 6 and all("| 11 |" in r for r in shown)
@@ -206,3 +212,30 @@ def test_the_vllm_quant_arm_differs_from_the_image_by_patch_0006s_switch_alone(t
     assert plans["image-vllm-quant"].env["LMI_FP8_MOE_ONE_LAUNCH_QUANT"] == "0"
     assert "LMI_FP8_MOE_ONE_LAUNCH_QUANT" not in plans["image"].env
     assert plans["image"].argv == plans["image-vllm-quant"].argv
+
+
+def test_results_pool_the_235b_shard_over_runs_3_4_and_6_as_the_tool_prints():
+    from bench import e2e_pool
+
+    runs = [json.loads(p.read_text()) for p in (H200_RUN_3, H200_RUN_4, H200_RUN_6)]
+    results = set((ROOT / "bench" / "RESULTS.md").read_text().splitlines())
+    rows = [r for r in e2e_pool.table(runs)[2:] if r.startswith("| qwen3-235b-tp8-tensor |")]
+    assert len(rows) == 8 and all(r in results for r in rows)
+
+
+def test_run_6_measured_patch_0006_alone_as_a_third_arm():
+    """Run 6's arms: stock, the image, and the image with OPTION_FP8_MOE_ONE_LAUNCH_QUANT=false; the image's one-client
+    profile runs the patch's kernel and none of vLLM's two, the arm without it runs vLLM's two and not the patch's."""
+    res = json.loads(H200_RUN_6.read_text())
+    m = res["models"]["qwen3-235b-tp8-tensor"]
+    assert set(m["reps"]) == {"stock", "image", "image-vllm-quant"} and all(len(v) == 3 for v in m["reps"].values())
+
+    def kernels(arm):
+        return {name.split("<")[0].split("(")[0].removeprefix("void ").strip() for name, _ in m["profile"][arm]["top_other"]}
+    assert "_per_tensor_fp8_quant_one_launch_kernel" in kernels("image.c1")
+    assert not {"vllm::absmax_reduction_flat", "vllm::scaled_fp8_quant_kernel_strided_dynamic"} & kernels("image.c1")
+    assert {"vllm::absmax_reduction_flat", "vllm::scaled_fp8_quant_kernel_strided_dynamic"} <= kernels("image-vllm-quant.c1")
+    assert "_per_tensor_fp8_quant_one_launch_kernel" not in kernels("image-vllm-quant.c1")
+    # every server compiled nothing while serving but stock
+    assert {n: s["jit_warnings"] for n, s in res["servers"].items()} == {
+        "qwen3-235b-tp8-tensor.stock": 5, "qwen3-235b-tp8-tensor.image": 0, "qwen3-235b-tp8-tensor.image-vllm-quant": 0}
