@@ -95,6 +95,17 @@ def test_stock_moe_order_switch_reaches_the_engine_environment(va, model_dir, na
         plan(va, model_dir, {name: "sometimes"})
 
 
+@pytest.mark.parametrize("name", ["OPTION_FP8_MOE_ONE_LAUNCH_QUANT", "LMI_FP8_MOE_ONE_LAUNCH_QUANT"])
+def test_one_launch_quant_switch_reaches_the_engine_environment(va, model_dir, name):
+    """Patch 0006's switch: normalized for the engine, refused at start when it is not a boolean (the patch
+    itself would only see it at the first MoE call that quantizes dynamically per tensor)."""
+    assert plan(va, model_dir, {name: "false"}).env["LMI_FP8_MOE_ONE_LAUNCH_QUANT"] == "0"
+    assert plan(va, model_dir, {name: "on"}).env["LMI_FP8_MOE_ONE_LAUNCH_QUANT"] == "1"
+    assert "LMI_FP8_MOE_ONE_LAUNCH_QUANT" not in plan(va, model_dir, {}).env
+    with pytest.raises(cfg.ConfigError, match=f"fp8_moe_one_launch_quant from env {name}: 'maybe' is not a boolean"):
+        plan(va, model_dir, {name: "maybe"})
+
+
 def test_hf_model_id_is_the_model(va, model_dir):
     p = plan(va, model_dir, {"HF_MODEL_ID": "Qwen/Qwen3-235B-A22B-FP8"})
     assert argv_value(p, "--model") == "Qwen/Qwen3-235B-A22B-FP8"
