@@ -63,14 +63,15 @@ class Model:
 # Arms: "stock" and "image" (above); "image-stock-order": the image with OPTION_FP8_MOE_STOCK_ORDER=true
 # (vLLM's own FP8 MoE backend order, everything else the image's), so image against it is the routing
 # patch alone; "image-vllm-quant": the image with OPTION_FP8_MOE_ONE_LAUNCH_QUANT=false (vLLM's two-kernel
-# FP8 quantization of the MoE inputs), so image against it is patch 0006 alone. Not measured, started for what their logs say: "stock-debug" (stock at
-# VLLM_LOGGING_LEVEL=DEBUG: why each MoE backend ahead of the chosen one was rejected) and
-# "stock-no-nvcc" (stock with nvcc off PATH and CUDA_HOME, as in the image's runtime base: what
+# FP8 quantization of the MoE inputs), so image against it is patch 0006 alone. Not measured, started for
+# what their logs say: "stock-debug" (stock at VLLM_LOGGING_LEVEL=DEBUG: why each MoE backend ahead of
+# the chosen one was rejected) and "stock-no-nvcc" (stock with nvcc off PATH and CUDA_HOME, as in the image's runtime base: what
 # FlashInfer's JIT does there). A static-scale stock start compiles FlashInfer's fused_moe_90 for
 # over 12 minutes (H200 run 2): give that model --ready-timeout 1800.
 MEASURED_ARMS = ("stock", "image", "image-stock-order", "image-vllm-quant")
 MODELS = (
-    Model("qwen3-235b-tp8-tensor", "qwen3-235b-a22b-tp8", "tensor", ("stock", "image", "image-vllm-quant", "stock-debug")),
+    Model("qwen3-235b-tp8-tensor", "qwen3-235b-a22b-tp8", "tensor",
+          ("stock", "image", "image-vllm-quant", "stock-debug")),
     # Static activation scales: the only per-tensor checkpoints FlashInfer CUTLASS MoE accepts, so
     # the one case where the routing patch changes stock's backend.
     Model("qwen3-235b-tp8-static", "qwen3-235b-a22b-tp8", "static",

@@ -63,7 +63,7 @@ def main() -> int:
     def vllm_op(x):
         return ops.scaled_fp8_quant(x, None, use_per_token_if_dynamic=False)
 
-    def one_launch(x):  # the patch's kernel at any size up to 16 Ki, the limit's own block above it
+    def one_launch(x):  # the patch's kernel at the next power-of-two block, also above the patch's own limit
         q = torch.empty(x.shape, device=x.device, dtype=torch.float8_e4m3fn)
         scale = torch.empty(1, device=x.device, dtype=torch.float32)
         utils._launch_one_launch_quant(x, q, scale, max(2048, 1 << (x.numel() - 1).bit_length()))

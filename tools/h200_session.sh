@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One H200 session: the GPU runtime from a wheelhouse carried in parts, `make smoke`, stock vLLM
-# beside the image, patch 0006's quantization bench and the engine benchmark. Run in the repository root on the GPU host.
+# beside the image, patch 0006's quantization bench and the engine benchmark. Run in the repository
+# root on the GPU host.
 #
 #   tools/h200_session.sh probe                 # host facts into $OUT (nvidia-smi, pip freeze)
 #   tools/h200_session.sh stage PART            # move one carried part (.stage/...) to $STAGE
