@@ -60,14 +60,19 @@ class Model:
     engine_args: tuple[tuple[str, str], ...] = ()
 
 
-# Arms: "stock" and "image" (above); "image-stock-order": the image with OPTION_FP8_MOE_STOCK_ORDER=true
-# (vLLM's own FP8 MoE backend order, everything else the image's), so image against it is the routing
-# patch alone; "image-vllm-quant": the image with OPTION_FP8_MOE_ONE_LAUNCH_QUANT=false (vLLM's two-kernel
-# FP8 quantization of the MoE inputs), so image against it is patch 0006 alone. Not measured, started for
-# what their logs say: "stock-debug" (stock at VLLM_LOGGING_LEVEL=DEBUG: why each MoE backend ahead of
-# the chosen one was rejected) and "stock-no-nvcc" (stock with nvcc off PATH and CUDA_HOME, as in the image's runtime base: what
+# Arms: "stock" and "image" (above), and image arms that differ from "image" by one setting each
+# (IMAGE_ARM_OPTIONS), so image against them is one patch alone: "image-stock-order" (vLLM's own FP8 MoE
+# backend order: patch 0001), "image-vllm-quant" (vLLM's two-kernel FP8 quantization of the MoE inputs:
+# patch 0006). Not measured, started for what their logs say: "stock-debug" (stock at
+# VLLM_LOGGING_LEVEL=DEBUG: why each MoE backend ahead of the chosen one was rejected) and
+# "stock-no-nvcc" (stock with nvcc off PATH and CUDA_HOME, as in the image's runtime base: what
 # FlashInfer's JIT does there). A static-scale stock start compiles FlashInfer's fused_moe_90 for
 # over 12 minutes (H200 run 2): give that model --ready-timeout 1800.
+IMAGE_ARM_OPTIONS = {
+    "image": {},
+    "image-stock-order": {"OPTION_FP8_MOE_STOCK_ORDER": "true"},
+    "image-vllm-quant": {"OPTION_FP8_MOE_ONE_LAUNCH_QUANT": "false"},
+}
 MEASURED_ARMS = ("stock", "image", "image-stock-order", "image-vllm-quant")
 MODELS = (
     Model("qwen3-235b-tp8-tensor", "qwen3-235b-a22b-tp8", "tensor",
@@ -81,7 +86,8 @@ MODELS = (
     # builds with nvcc at start and stock follows with DeepGEMM's JIT warm-up of 512 shapes (H200 run 2:
     # 42-48 minutes by its own estimate), beyond one session's device time.
     Model("deepseek-v3-tp8-block", "deepseek-v3-tp8", "block", engine_args=(("linear-backend", "cutlass"),)),
-    Model("qwen3-coder-480b-tp8-tensor", "qwen3-coder-480b-a35b-tp8", "tensor", ("stock", "image", "image-vllm-quant")),
+    Model("qwen3-coder-480b-tp8-tensor", "qwen3-coder-480b-a35b-tp8", "tensor",
+          ("stock", "image", "image-vllm-quant")),
 )
 # The embedded bf16 tiny model: a check of this script itself on the CPU engine (--models tiny-cpu).
 CPU_CHECK = Model("tiny-cpu", "", "")
@@ -247,11 +253,8 @@ def server_command(a, model: Model, arm: str, model_dir: Path, work: Path, port:
         prof.mkdir(parents=True, exist_ok=True)
         engine_args["profiler-config"] = json.dumps({"profiler": "torch", "torch_profiler_dir": str(prof),
                                                      "torch_profiler_with_stack": False})
-    if arm.startswith("image"):
-        if arm == "image-stock-order":
-            env["OPTION_FP8_MOE_STOCK_ORDER"] = "true"
-        if arm == "image-vllm-quant":
-            env["OPTION_FP8_MOE_ONE_LAUNCH_QUANT"] = "false"
+    if arm in IMAGE_ARM_OPTIONS:
+        env.update(IMAGE_ARM_OPTIONS[arm])
         env.update({"SERVING_PYTHON": a.image_python, "OPTION_MODEL_ID": str(model_dir), "OPTION_HOST": "127.0.0.1",
                     "OPTION_PORT": str(port), "SERVING_MODEL_DIR": str(work / "no-model-dir")})
         env.update({"OPTION_" + k.upper().replace("-", "_"): "true" if v is True else v

@@ -167,24 +167,34 @@ def test_models_run_in_the_order_given():
     assert [m.name for m in e2e_bench.chosen_models(names)] == names[:2]
 
 
-def test_a_models_engine_args_reach_both_arms_as_the_same_vllm_flags(tmp_path):
-    """The block-FP8 model's --linear-backend cutlass: a flag on stock's command line, an OPTION_ variable for
-    the image, which the image's launcher turns into the same flag (so only the MoE path differs)."""
+def _bench_args(tmp_path):
+    """The arguments server_command reads, as bench/e2e_bench.py's parser would give them."""
     import types
 
+    return types.SimpleNamespace(in_tokens=128, out_tokens=128, gpu_mem=0.08, kv_bytes=1 << 30, profile=False,
+                                 image_python=sys.executable, stock_site=str(tmp_path / "stock"))
+
+
+def _image_launch_plan(image_env: dict):
+    """What the image's launcher makes of an image arm's settings (its OPTION_ variables and model folder)."""
     from serving import launcher
     from serving.vllm_args import VllmArgs
 
+    return launcher.plan({k: v for k, v in image_env.items() if k.startswith("OPTION_") or k == "SERVING_MODEL_DIR"}
+                         | {"OPTION_MODEL_ID": "Qwen/Qwen3-0.6B"}, VllmArgs())
+
+
+def test_a_models_engine_args_reach_both_arms_as_the_same_vllm_flags(tmp_path):
+    """The block-FP8 model's --linear-backend cutlass: a flag on stock's command line, an OPTION_ variable for
+    the image, which the image's launcher turns into the same flag (so only the MoE path differs)."""
     m = next(m for m in e2e_bench.MODELS if m.fp8 == "block")
     assert dict(m.engine_args) == {"linear-backend": "cutlass"}
-    a = types.SimpleNamespace(in_tokens=128, out_tokens=128, gpu_mem=0.08, kv_bytes=1 << 30, profile=False,
-                              image_python=sys.executable, stock_site=str(tmp_path / "stock"))
+    a = _bench_args(tmp_path)
     stock_cmd, _ = e2e_bench.server_command(a, m, "stock", tmp_path / "model", tmp_path, 8001)
     _, image_env = e2e_bench.server_command(a, m, "image", tmp_path / "model", tmp_path, 8002)
     assert stock_cmd[stock_cmd.index("--linear-backend") + 1] == "cutlass"
     assert image_env["OPTION_LINEAR_BACKEND"] == "cutlass"
-    p = launcher.plan({k: v for k, v in image_env.items() if k.startswith("OPTION_") or k == "SERVING_MODEL_DIR"}
-                      | {"OPTION_MODEL_ID": "Qwen/Qwen3-0.6B"}, VllmArgs())
+    p = _image_launch_plan(image_env)
     assert p.argv[p.argv.index("--linear-backend") + 1] == "cutlass"
     # every other engine setting of the two arms agrees too
     for flag in ("--max-num-seqs", "--max-model-len", "--kv-cache-memory-bytes", "--gpu-memory-utilization"):
@@ -195,20 +205,11 @@ def test_a_models_engine_args_reach_both_arms_as_the_same_vllm_flags(tmp_path):
 def test_the_vllm_quant_arm_differs_from_the_image_by_patch_0006s_switch_alone(tmp_path):
     """image-vllm-quant: the image's launcher hands the engine LMI_FP8_MOE_ONE_LAUNCH_QUANT=0 (vLLM's own
     two-kernel quantization); the image arm leaves the patched default; the engine flags are the same."""
-    import types
-
-    from serving import launcher
-    from serving.vllm_args import VllmArgs
-
     m = next(m for m in e2e_bench.MODELS if m.name == "qwen3-235b-tp8-tensor")
     assert "image-vllm-quant" in m.arms and "image-vllm-quant" in e2e_bench.MEASURED_ARMS
-    a = types.SimpleNamespace(in_tokens=128, out_tokens=128, gpu_mem=0.08, kv_bytes=1 << 30, profile=False,
-                              image_python=sys.executable, stock_site=str(tmp_path / "stock"))
-    plans = {}
-    for arm in ("image", "image-vllm-quant"):
-        _, env = e2e_bench.server_command(a, m, arm, tmp_path / "model", tmp_path, 8002)
-        plans[arm] = launcher.plan({k: v for k, v in env.items() if k.startswith("OPTION_") or k == "SERVING_MODEL_DIR"}
-                                   | {"OPTION_MODEL_ID": "Qwen/Qwen3-0.6B"}, VllmArgs())
+    a = _bench_args(tmp_path)
+    plans = {arm: _image_launch_plan(e2e_bench.server_command(a, m, arm, tmp_path / "model", tmp_path, 8002)[1])
+             for arm in ("image", "image-vllm-quant")}
     assert plans["image-vllm-quant"].env["LMI_FP8_MOE_ONE_LAUNCH_QUANT"] == "0"
     assert "LMI_FP8_MOE_ONE_LAUNCH_QUANT" not in plans["image"].env
     assert plans["image"].argv == plans["image-vllm-quant"].argv
