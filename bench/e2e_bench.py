@@ -63,7 +63,7 @@ class Model:
 # Arms: "stock" and "image" (above), and image arms that differ from "image" by one setting each
 # (IMAGE_ARM_OPTIONS), so image against them is one patch alone: "image-stock-order" (vLLM's own FP8 MoE
 # backend order: patch 0001), "image-vllm-quant" (vLLM's two-kernel FP8 quantization of the MoE inputs:
-# patch 0006). Not measured, started for what their logs say: "stock-debug" (stock at
+# patch 0006), "image-vllm-topk" (vLLM's topk_softmax op for the router: patch 0007). Not measured, started for what their logs say: "stock-debug" (stock at
 # VLLM_LOGGING_LEVEL=DEBUG: why each MoE backend ahead of the chosen one was rejected) and
 # "stock-no-nvcc" (stock with nvcc off PATH and CUDA_HOME, as in the image's runtime base: what
 # FlashInfer's JIT does there). A static-scale stock start compiles FlashInfer's fused_moe_90 for
@@ -72,11 +72,12 @@ IMAGE_ARM_OPTIONS = {
     "image": {},
     "image-stock-order": {"OPTION_FP8_MOE_STOCK_ORDER": "true"},
     "image-vllm-quant": {"OPTION_FP8_MOE_ONE_LAUNCH_QUANT": "false"},
+    "image-vllm-topk": {"OPTION_MOE_ONE_PASS_TOPK": "false"},
 }
-MEASURED_ARMS = ("stock", "image", "image-stock-order", "image-vllm-quant")
+MEASURED_ARMS = ("stock", "image", "image-stock-order", "image-vllm-quant", "image-vllm-topk")
 MODELS = (
     Model("qwen3-235b-tp8-tensor", "qwen3-235b-a22b-tp8", "tensor",
-          ("stock", "image", "image-vllm-quant", "stock-debug")),
+          ("stock", "image", "image-vllm-quant", "image-vllm-topk", "stock-debug")),
     # Static activation scales: the only per-tensor checkpoints FlashInfer CUTLASS MoE accepts, so
     # the one case where the routing patch changes stock's backend.
     Model("qwen3-235b-tp8-static", "qwen3-235b-a22b-tp8", "static",
@@ -87,7 +88,7 @@ MODELS = (
     # 42-48 minutes by its own estimate), beyond one session's device time.
     Model("deepseek-v3-tp8-block", "deepseek-v3-tp8", "block", engine_args=(("linear-backend", "cutlass"),)),
     Model("qwen3-coder-480b-tp8-tensor", "qwen3-coder-480b-a35b-tp8", "tensor",
-          ("stock", "image", "image-vllm-quant")),
+          ("stock", "image", "image-vllm-quant", "image-vllm-topk")),
 )
 # The embedded bf16 tiny model: a check of this script itself on the CPU engine (--models tiny-cpu).
 CPU_CHECK = Model("tiny-cpu", "", "")
@@ -222,7 +223,7 @@ def _cold_env(base: dict, home: Path) -> dict:
                TRITON_CACHE_DIR=str(home / ".cache/triton"), FLASHINFER_WORKSPACE_BASE=str(home),
                TORCHINDUCTOR_CACHE_DIR=str(home / ".cache/inductor"))
     for k in ("VLLM_TUNED_CONFIG_FOLDER", "LMI_FP8_MOE_STOCK_ORDER", "LMI_FP8_MOE_ONE_LAUNCH_QUANT",
-              "VLLM_USE_FLASHINFER_SAMPLER"):
+              "LMI_MOE_ONE_PASS_TOPK", "VLLM_USE_FLASHINFER_SAMPLER"):
         env.pop(k, None)
     return env
 

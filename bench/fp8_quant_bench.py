@@ -19,38 +19,14 @@ from pathlib import Path
 
 import torch
 
+from bench.cuda_graph_timing import CALLS, REPS, alternate, graph_of
+
 SHAPES = {  # name -> (hidden or top-k x N); rows = tokens (w13) or tokens x top-k (w2)
     "qwen3-235b-tp8 w13": (1, 4096), "qwen3-235b-tp8 w2": (8, 192),
     "qwen3-coder-480b-tp8 w13": (1, 6144), "qwen3-coder-480b-tp8 w2": (8, 320),
 }
 TOKENS = (1, 2, 4, 8)
-CALLS = 100
 MAX_TIMED = 16384
-REPS = 7
-
-
-def graph_of(fn, x) -> torch.cuda.CUDAGraph:
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn(x)
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(CALLS):
-            fn(x)
-    return g
-
-
-def time_us(g: torch.cuda.CUDAGraph) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    g.replay()
-    start.record()
-    g.replay()
-    end.record()
-    end.synchronize()
-    return 1e3 * start.elapsed_time(end) / CALLS
 
 
 def main() -> int:
@@ -82,14 +58,11 @@ def main() -> int:
             same_q = bool(torch.equal(q0.view(torch.uint8), q1.view(torch.uint8)))
             same_s = bool(torch.equal(s0.reshape(1), s1.reshape(1)))
             graphs = {"vllm": graph_of(vllm_op, x), "one_launch": graph_of(one_launch, x)}
-            t = {k: [] for k in graphs}
-            for _ in range(REPS):
-                for k, g in graphs.items():
-                    t[k].append(time_us(g))
-            ratios = [o / v for v, o in zip(t["vllm"], t["one_launch"])]
+            timed = alternate(graphs, "vllm", "one_launch")
+            t, ratios = timed["us"], timed["ratio_range"]
             case = {"numel": x.numel(), "served_by": served, "same_fp8_bytes": same_q, "same_scale": same_s,
-                    "us_vllm": t["vllm"], "us_one_launch": t["one_launch"], "ratio_median": statistics.median(ratios),
-                    "ratio_range": [min(ratios), max(ratios)]}
+                    "us_vllm": t["vllm"], "us_one_launch": t["one_launch"], "ratio_median": timed["ratio_median"],
+                    "ratio_range": timed["ratio_range"]}
             results["cases"][f"{name} {tokens} tok"] = case
             rows.append(f"| {name} | {tokens} | {x.numel()} | {served} | {same_q and same_s} | "
                         f"{statistics.median(t['vllm']):.2f} | {statistics.median(t['one_launch']):.2f} | "

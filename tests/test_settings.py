@@ -106,6 +106,16 @@ def test_one_launch_quant_switch_reaches_the_engine_environment(va, model_dir, n
         plan(va, model_dir, {name: "maybe"})
 
 
+
+@pytest.mark.parametrize("name", ["OPTION_MOE_ONE_PASS_TOPK", "LMI_MOE_ONE_PASS_TOPK"])
+def test_one_pass_topk_switch_reaches_the_engine_environment(va, model_dir, name):
+    """Patch 0007's switch, as patch 0006's: normalized for the engine, refused at start when not a boolean."""
+    assert plan(va, model_dir, {name: "off"}).env["LMI_MOE_ONE_PASS_TOPK"] == "0"
+    assert plan(va, model_dir, {name: "true"}).env["LMI_MOE_ONE_PASS_TOPK"] == "1"
+    assert "LMI_MOE_ONE_PASS_TOPK" not in plan(va, model_dir, {}).env
+    with pytest.raises(cfg.ConfigError, match=f"moe_one_pass_topk from env {name}: 'maybe' is not a boolean"):
+        plan(va, model_dir, {name: "maybe"})
+
 def test_hf_model_id_is_the_model(va, model_dir):
     p = plan(va, model_dir, {"HF_MODEL_ID": "Qwen/Qwen3-235B-A22B-FP8"})
     assert argv_value(p, "--model") == "Qwen/Qwen3-235B-A22B-FP8"

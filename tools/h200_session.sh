@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One H200 session: the GPU runtime from a wheelhouse carried in parts, `make smoke`, stock vLLM
-# beside the image, patch 0006's quantization bench and the engine benchmark. Run in the repository
+# beside the image, the kernel benches of patches 0006 and 0007 and the engine benchmark. Run in the repository
 # root on the GPU host.
 #
 #   tools/h200_session.sh probe                 # host facts into $OUT (nvidia-smi, pip freeze)
@@ -47,6 +47,8 @@ all)
     "$GPU_VENV/bin/python" -m pip install -q --no-index --no-deps --find-links "$WH" --target "$STOCK" vllm==0.32.0
     step "patch 0006 against vLLM's FP8 quantization op (bytes and CUDA-graph time)"
     "$GPU_VENV/bin/python" -m bench.fp8_quant_bench --out "$RES/quant"
+    step "patch 0007 against vLLM's topk_softmax op (ids, weights, CUDA-graph time)"
+    "$GPU_VENV/bin/python" -m bench.router_topk_bench --out "$RES/router"
     step "engine benchmark"
     "$GPU_VENV/bin/python" -m bench.e2e_bench --stock-site "$STOCK" --image-python "$GPU_VENV/bin/python" \
         --models-dir /root/models --out "$RES/e2e" --ready-timeout 480 --profile ${E2E_ARGS:-}
@@ -58,6 +60,7 @@ collect)
     for f in session.log smoke.log; do [ -f "$RES/$f" ] && cp "$RES/$f" "$OUT/"; done
     for f in e2e.md e2e.json; do [ -f "$RES/e2e/$f" ] && cp "$RES/e2e/$f" "$OUT/"; done
     for f in fp8_quant.md fp8_quant.json; do [ -f "$RES/quant/$f" ] && cp "$RES/quant/$f" "$OUT/"; done
+    for f in router_topk.md router_topk.json; do [ -f "$RES/router/$f" ] && cp "$RES/router/$f" "$OUT/"; done
     [ -d "$RES/e2e/logs" ] && tar -czf "$OUT/e2e-logs.tar.gz" -C "$RES/e2e" logs
     [ -d /tmp/e2e-work/logs ] && tar -czf "$OUT/e2e-live-logs.tar.gz" -C /tmp/e2e-work logs
     tail -n 25 "$RES/session.log"

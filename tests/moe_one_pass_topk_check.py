@@ -1,0 +1,128 @@
+"""Run patch 0007's one-pass softmax top-k routing kernel under Triton's interpreter.
+
+Run by path with TRITON_INTERPRET=1 in the environment (Triton reads it at import, so a separate process);
+prints one JSON object: case -> what was compared. The kernel and its launcher are the installed vLLM's own
+(vllm/model_executor/layers/fused_moe/router/fused_topk_router.py), taken from that file by name and run with
+Triton itself (vLLM's CPU build puts a stand-in for Triton in its own modules). The reference is the contract
+of vLLM's topk_softmax op written in torch: NaN/Inf logits as 0, softmax, the top-k with ties to the lower
+expert, renormalized weights, padding rows as weight 0 and expert -1, source rows k * num_rows + row.
+bench/router_topk_bench.py compares the kernel with vLLM's CUDA op itself on the H200.
+"""
+from __future__ import annotations
+
+import ast
+import functools
+import importlib.util
+import json
+import os
+import types
+
+import torch
+import triton
+import triton.language as tl
+
+NAMES = ("LMI_MOE_ONE_PASS_TOPK_ENV", "_ONE_PASS_TOPK_MAX_TOKENS", "_ONE_PASS_TOPK_MAX_EXPERTS",
+         "_lmi_one_pass_topk_enabled", "_topk_softmax_one_pass_kernel", "_launch_one_pass_topk")
+
+
+def load_patched() -> types.SimpleNamespace:
+    path = (importlib.util.find_spec("vllm").submodule_search_locations[0]
+            + "/model_executor/layers/fused_moe/router/fused_topk_router.py")
+    tree = ast.parse(open(path).read())
+    found = {}
+    for node in tree.body:
+        name = (node.name if isinstance(node, ast.FunctionDef)
+                else node.targets[0].id if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
+                else None)
+        if name in NAMES:
+            found[name] = node
+    missing = set(NAMES) - set(found)
+    if missing:
+        raise SystemExit(f"{path} lacks {sorted(missing)}: patch 0007 is not applied")
+    ns = {"triton": triton, "tl": tl, "torch": torch, "os": os, "functools": functools}
+    exec(compile(ast.Module(body=list(found.values()), type_ignores=[]), path, "exec"), ns)
+    return types.SimpleNamespace(**{n: ns[n] for n in NAMES})
+
+
+router = load_patched()
+
+
+def reference(logits: torch.Tensor, topk: int, renormalize: bool, pad: torch.Tensor | None):
+    x = logits.float()
+    x = torch.where(torch.isfinite(x), x, torch.zeros_like(x))
+    p = torch.softmax(x, dim=-1)
+    # softmax is monotonic: order by the logits, ties (stable sort) to the lower expert
+    ids = torch.sort(x, dim=-1, descending=True, stable=True).indices[:, :topk]
+    w = torch.gather(p, 1, ids)
+    if renormalize:
+        w = w / w.sum(dim=-1, keepdim=True)
+    ids = ids.to(torch.int32)
+    if pad is not None:
+        w = torch.where(pad[:, None], torch.zeros_like(w), w)
+        ids = torch.where(pad[:, None], torch.full_like(ids, -1), ids)
+    m = logits.shape[0]
+    src = (torch.arange(topk)[None, :] * m + torch.arange(m)[:, None]).to(torch.int32)
+    return w, ids, src
+
+
+def run(logits, topk, renormalize, pad, ids_dtype=torch.int32):
+    m = logits.shape[0]
+    w = torch.empty(m, topk, dtype=torch.float32)
+    ids = torch.empty(m, topk, dtype=ids_dtype)
+    src = torch.empty(m, topk, dtype=torch.int32)
+    router._launch_one_pass_topk(w, ids, src, logits, renormalize, pad)
+    return w, ids, src
+
+
+def compare(logits, topk, renormalize, pad=None, ids_dtype=torch.int32) -> dict:
+    w, ids, src = run(logits, topk, renormalize, pad, ids_dtype)
+    rw, rids, rsrc = reference(logits, topk, renormalize, pad)
+    return {"ids_equal": bool(torch.equal(ids.to(torch.int32), rids)), "src_equal": bool(torch.equal(src, rsrc)),
+            "max_weight_diff": float((w - rw).abs().max()), "ids_dtype": str(ids.dtype),
+            "first_ids": ids[0].tolist(), "first_weights_sum": float(w[0].sum())}
+
+
+def main() -> None:
+    g = torch.Generator().manual_seed(0)
+    cases = {}
+    # the TP8 shards' routers (Qwen3-235B: 128 experts, Qwen3-Coder: 160, both top-8, renormalized), a
+    # Mixtral-like 8 experts top-2, and an expert count that is neither a power of two nor a multiple of 64
+    for experts, topk in ((128, 8), (160, 8), (8, 2), (60, 4)):
+        for rows in (1, 5, 33):
+            for dtype in (torch.bfloat16, torch.float16, torch.float32):
+                logits = (torch.randn(rows, experts, generator=g) * 2).to(dtype)
+                cases[f"E{experts} k{topk} rows{rows} {dtype}"] = compare(logits, topk, True)
+        logits = torch.randn(3, experts, generator=g).to(torch.bfloat16)
+        cases[f"E{experts} k{topk} not renormalized"] = compare(logits, topk, False)
+        cases[f"E{experts} k{topk} int64 ids"] = compare(logits, topk, True, ids_dtype=torch.int64)
+    # many equal logits: the lower expert wins every tie
+    ties = torch.randint(-2, 3, (4, 160), generator=g).to(torch.bfloat16)
+    cases["ties E160"] = compare(ties, 8, True)
+    cases["all equal E128"] = compare(torch.zeros(2, 128, dtype=torch.bfloat16), 8, True)
+    # NaN and Inf logits count as 0 (a padding row's degenerate hidden state must not pick one expert 8 times)
+    bad = torch.randn(3, 128, generator=g).to(torch.bfloat16)
+    bad[0, :] = float("nan")
+    bad[1, 5] = float("inf")
+    bad[1, 9] = float("-inf")
+    bad[2, 17] = float("nan")
+    cases["nan and inf"] = compare(bad, 8, True)
+    # cudagraph padding rows (VLLM_MOE_SKIP_PADDING): weight 0, expert -1
+    logits = torch.randn(6, 128, generator=g).to(torch.bfloat16)
+    pad = torch.tensor([False, False, False, True, True, True])
+    cases["padding rows"] = compare(logits, 8, True, pad)
+    w, ids, _ = run(logits, 8, True, pad)
+    cases["padding rows values"] = {"ids": sorted(set(ids[3:].flatten().tolist())),
+                                    "weights": sorted(set(w[3:].flatten().tolist()))}
+    cases["limits"] = {"tokens": router._ONE_PASS_TOPK_MAX_TOKENS, "experts": router._ONE_PASS_TOPK_MAX_EXPERTS}
+    for value in ("", "1", "on", "0", "off", "maybe"):
+        os.environ[router.LMI_MOE_ONE_PASS_TOPK_ENV] = value
+        router._lmi_one_pass_topk_enabled.cache_clear()
+        try:
+            cases[f"switch {value!r}"] = router._lmi_one_pass_topk_enabled()
+        except ValueError as e:
+            cases[f"switch {value!r}"] = str(e)
+    print(json.dumps({"cases": cases}))
+
+
+if __name__ == "__main__":
+    main()

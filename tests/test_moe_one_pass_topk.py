@@ -1,0 +1,68 @@
+"""Patch 0007's one-pass softmax top-k routing kernel, as the installed (patched) vLLM ships it, run by Triton's
+interpreter on the CPU (tests/moe_one_pass_topk_check.py, in its own process) against the contract of vLLM's
+topk_softmax op written in torch: the TP8 shards' routers and two others, three logit dtypes, ties, NaN/Inf
+logits, padding rows, int64 ids and the switch. bench/router_topk_bench.py compares it with vLLM's CUDA op on
+the H200."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def cases():
+    pytest.importorskip("triton")
+    env = dict(os.environ, TRITON_INTERPRET="1",
+               PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
+    r = subprocess.run([sys.executable, str(ROOT / "tests" / "moe_one_pass_topk_check.py")],
+                       cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])["cases"]
+
+
+def compared(cases):
+    return {k: v for k, v in cases.items() if isinstance(v, dict) and "ids_equal" in v}
+
+
+def test_ids_source_rows_and_weights_match_the_op_contract(cases):
+    shaped = compared(cases)
+    assert len(shaped) == 4 * (3 * 3 + 2) + 4
+    bad = {k: v for k, v in shaped.items() if not (v["ids_equal"] and v["src_equal"] and v["max_weight_diff"] < 1e-6)}
+    assert not bad, bad
+
+
+def test_renormalized_weights_sum_to_one_and_ids_keep_their_dtype(cases):
+    assert abs(cases["E160 k8 rows1 torch.bfloat16"]["first_weights_sum"] - 1.0) < 1e-6
+    assert cases["E128 k8 not renormalized"]["first_weights_sum"] < 1.0
+    assert cases["E160 k8 int64 ids"]["ids_dtype"] == "torch.int64"
+
+
+def test_ties_go_to_the_lower_expert(cases):
+    assert cases["all equal E128"]["first_ids"] == list(range(8))
+
+
+def test_nan_and_inf_logits_count_as_zero(cases):
+    # a row of NaN is a row of equal logits: experts 0-7, each once (not expert 0 eight times)
+    assert cases["nan and inf"]["first_ids"] == list(range(8))
+
+
+def test_padding_rows_get_weight_zero_and_expert_minus_one(cases):
+    assert cases["padding rows"]["ids_equal"]
+    assert cases["padding rows values"] == {"ids": [-1], "weights": [0.0]}
+
+
+def test_switch_values(cases):
+    assert [cases[f"switch {v!r}"] for v in ("", "1", "on", "0", "off")] == [True, True, True, False, False]
+    bad = cases["switch 'maybe'"]
+    assert "LMI_MOE_ONE_PASS_TOPK='maybe'" in bad and "allowed:" in bad
+
+
+def test_limits(cases):
+    assert cases["limits"] == {"tokens": 256, "experts": 1024}
