@@ -8,11 +8,7 @@ checks that both give the same fp8 bytes and scale, then times each inside a CUD
 vLLM's decode runs them, replayed alternately (vLLM's op, one launch, ...) 7 times: microseconds per call, the
 median and the range. Inputs above the patch's limit are timed too (the kernel at the next power-of-two
 block), to show where the limit belongs; the "patched vLLM runs" column says which path serves each.
-Then patch 0008 (SiLU-and-mul fused into that quantization, for the w2 GEMM's input): the w13 GEMM's output
-of each shard (tokens x top-k rows, gate then up, bfloat16) through vLLM's act_and_mul and ops.scaled_fp8_quant
-(stock), through act_and_mul and patch 0006's one launch (the image without 0008) and through the fused
-kernel: the share of equal fp8 bytes, whether the scale is equal, and the three CUDA-graph times.
-Prints markdown tables and writes fp8_quant.json.
+Prints a markdown table and writes fp8_quant.json.
 """
 from __future__ import annotations
 
@@ -31,8 +27,6 @@ SHAPES = {  # name -> (hidden or top-k x N); rows = tokens (w13) or tokens x top
 }
 TOKENS = (1, 2, 4, 8)
 MAX_TIMED = 16384
-SILU_MUL = {"qwen3-235b-tp8": 192, "qwen3-coder-480b-tp8": 320}  # N / 2 of the w13 GEMM (top-8)
-SILU_MUL_TOKENS = (1, 2, 3, 4, 5)
 
 
 def main() -> int:
@@ -73,7 +67,6 @@ def main() -> int:
             rows.append(f"| {name} | {tokens} | {x.numel()} | {served} | {same_q and same_s} | "
                         f"{statistics.median(t['vllm']):.2f} | {statistics.median(t['one_launch']):.2f} | "
                         f"{case['ratio_median']:.3f} ({min(ratios):.3f}-{max(ratios):.3f}) |")
-    fused_rows = silu_mul_cases(ops, utils, results)
     zero = torch.zeros(4, 4096, device="cuda", dtype=torch.bfloat16)
     (qz0, sz0), (qz1, sz1) = vllm_op(zero), one_launch(zero)
     results["all_zero_same"] = bool(torch.equal(qz0.view(torch.uint8), qz1.view(torch.uint8))
@@ -81,57 +74,11 @@ def main() -> int:
     table = ["| input | tokens | elements | patched vLLM runs | same fp8 bytes and scale | vLLM op us/call | "
              "one launch us/call | one launch / vLLM (range) |", "|---|---|---|---|---|---|---|---|"] + rows
     table.append(f"\nall-zero input, same bytes and scale: {results['all_zero_same']}")
-    table += ["", "| w13 output | tokens | rows x d | patched vLLM runs | equal fp8 bytes | same scale | "
-              "stock us/call | act_and_mul + 0006 us/call | fused us/call | fused / stock (range) | "
-              "fused / act_and_mul + 0006 |", "|---|---|---|---|---|---|---|---|---|---|---|"] + fused_rows
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "fp8_quant.json").write_text(json.dumps(results, indent=1))
     (a.out / "fp8_quant.md").write_text("\n".join(table) + "\n")
     print("\n".join(table))
     return 0 if all(c["same_fp8_bytes"] and c["same_scale"] for c in results["cases"].values()) else 1
-
-
-def silu_mul_cases(ops, utils, results: dict) -> list[str]:
-    """Patch 0008 against the two unfused paths; fills results["silu_mul"], returns the table's rows."""
-    def act(x):
-        out = torch.empty(x.shape[0], x.shape[1] // 2, device=x.device, dtype=x.dtype)
-        torch.ops._C.silu_and_mul(out, x)
-        return out
-
-    def stock(x):
-        return ops.scaled_fp8_quant(act(x), None, use_per_token_if_dynamic=False)
-
-    def act_0006(x):
-        return utils.per_tensor_fp8_quant_one_launch(act(x))
-
-    def fused(x):
-        return utils.silu_mul_per_tensor_fp8_quant_one_launch(x)
-
-    rows, results["silu_mul"] = [], {}
-    for name, d in SILU_MUL.items():
-        for tokens in SILU_MUL_TOKENS:
-            x = torch.randn(8 * tokens, 2 * d, device="cuda", dtype=torch.bfloat16) * 3
-            if 8 * tokens * d > utils._ONE_LAUNCH_QUANT_BLOCKS[-1]:
-                continue
-            served = "fused" if utils.use_silu_mul_per_tensor_fp8_quant_one_launch(x) else "unfused"
-            (q0, s0), (q1, s1) = stock(x), fused(x)
-            equal = float((q0.view(torch.uint8) == q1.view(torch.uint8)).float().mean())
-            same_scale = bool(torch.equal(s0.reshape(1), s1.reshape(1)))
-            graphs = {"stock": graph_of(stock, x), "act_0006": graph_of(act_0006, x), "fused": graph_of(fused, x)}
-            timed = alternate(graphs, "stock", "fused")
-            t = timed["us"]
-            vs_0006 = [f / u for u, f in zip(t["act_0006"], t["fused"])]
-            case = {"rows": x.shape[0], "d": d, "served_by": served, "equal_fp8_bytes": equal,
-                    "same_scale": same_scale, "us": t, "fused_vs_stock_median": timed["ratio_median"],
-                    "fused_vs_stock_range": timed["ratio_range"], "fused_vs_act_0006_median": statistics.median(vs_0006),
-                    "fused_vs_act_0006_range": [min(vs_0006), max(vs_0006)]}
-            results["silu_mul"][f"{name} {tokens} tok"] = case
-            lo, hi = timed["ratio_range"]
-            rows.append(f"| {name} | {tokens} | {x.shape[0]} x {d} | {served} | {100 * equal:.2f}% | {same_scale} | "
-                        f"{statistics.median(t['stock']):.2f} | {statistics.median(t['act_0006']):.2f} | "
-                        f"{statistics.median(t['fused']):.2f} | {timed['ratio_median']:.3f} ({lo:.3f}-{hi:.3f}) | "
-                        f"{statistics.median(vs_0006):.3f} |")
-    return rows
 
 
 if __name__ == "__main__":

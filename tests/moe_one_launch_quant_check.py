@@ -6,8 +6,7 @@ prints one JSON object: case -> what was compared. The kernel and its helpers ar
 (vLLM's CPU build puts a stand-in for Triton in its own modules). The interpreter's fp8 conversion is not
 Hopper's (it rounds values near a power of two to the wrong binade), so the quantized values are written as
 float32 here and compared before the fp8 rounding; bench/fp8_quant_bench.py compares the fp8 bits against
-vLLM's CUDA op on the H200. Patch 0008's SiLU-and-mul variant is checked on float16 activations: the
-interpreter truncates to bfloat16 instead of rounding.
+vLLM's CUDA op on the H200.
 """
 from __future__ import annotations
 
@@ -23,9 +22,7 @@ import triton
 import triton.language as tl
 
 NAMES = ("LMI_FP8_MOE_ONE_LAUNCH_QUANT_ENV", "_ONE_LAUNCH_QUANT_BLOCKS", "_lmi_one_launch_quant_enabled",
-         "_per_tensor_fp8_quant_one_launch_kernel", "_one_launch_quant_block",
-         # patch 0008: SiLU-and-mul fused in
-         "_silu_mul_per_tensor_fp8_quant_one_launch_kernel", "_silu_mul_quant_blocks")
+         "_per_tensor_fp8_quant_one_launch_kernel", "_one_launch_quant_block")
 
 
 def load_patched() -> types.SimpleNamespace:
@@ -40,7 +37,7 @@ def load_patched() -> types.SimpleNamespace:
             found[name] = node
     missing = set(NAMES) - set(found)
     if missing:
-        raise SystemExit(f"{path} lacks {sorted(missing)}: patch 0006 or 0008 is not applied")
+        raise SystemExit(f"{path} lacks {sorted(missing)}: patch 0006 is not applied")
     ns = {"triton": triton, "tl": tl, "torch": torch, "os": os, "functools": functools}
     exec(compile(ast.Module(body=list(found.values()), type_ignores=[]), path, "exec"), ns)
     return types.SimpleNamespace(**{n: ns[n] for n in NAMES})
@@ -67,25 +64,6 @@ def run(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return q, scale
 
 
-def silu_mul_reference(x: torch.Tensor) -> torch.Tensor:
-    """vLLM's act_and_mul: silu(gate) = gate / (1 + exp(-gate)) in float32, rounded to the dtype, times up,
-    rounded again."""
-    d = x.shape[1] // 2
-    g = x[:, :d].float()
-    silu = (g / (1.0 + torch.exp(-g))).to(x.dtype)
-    return (silu.float() * x[:, d:].float()).to(x.dtype)
-
-
-def run_silu_mul(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, tuple[int, int]]:
-    rows, d = x.shape[0], x.shape[1] // 2
-    q = torch.empty(rows, d, dtype=torch.float32)
-    scale = torch.empty(1, dtype=torch.float32)
-    block_r, block_d = utils._silu_mul_quant_blocks(rows, d)
-    utils._silu_mul_per_tensor_fp8_quant_one_launch_kernel[(1,)](x, q, scale, rows, D=d, FP8_MAX=FP8_MAX,
-                                                                 BLOCK_R=block_r, BLOCK_D=block_d)
-    return q, scale, (block_r, block_d)
-
-
 def main() -> None:
     g = torch.Generator().manual_seed(0)
     cases = {}
@@ -102,25 +80,6 @@ def main() -> None:
             cases[f"{name} {dtype}"] = {"scale_equal": bool(scale[0] == rscale[0]),
                                         "q_equal": bool(torch.equal(q, rq)),
                                         "block": utils._one_launch_quant_block(x.numel())}
-    # patch 0008: the w13 GEMM's output (tokens x top-k rows, gate then up) of the TP8 shards
-    for name, (rows, d) in {"silu-mul 235B 1 token": (8, 192), "silu-mul 235B 5 tokens": (40, 192),
-                            "silu-mul Coder 1 token": (8, 320), "silu-mul Coder 3 tokens": (24, 320),
-                            "silu-mul odd 3x100": (3, 100)}.items():
-        # float16 only: the interpreter converts to bfloat16 by truncation, not rounding (bf16 rounding is
-        # compared against vLLM's own kernels on the H200, bench/fp8_quant_bench.py)
-        for dtype in (torch.float16,):
-            x = (torch.randn(rows, 2 * d, generator=g) * 4).to(dtype)
-            q, scale, blocks = run_silu_mul(x)
-            rq, rscale = reference(silu_mul_reference(x))
-            cases[f"{name} {dtype}"] = {"scale_equal": bool(scale[0] == rscale[0]), "q_equal": bool(torch.equal(q, rq)),
-                                        "q_mismatches": int((q != rq).sum()), "blocks": list(blocks)}
-    q, scale, _ = run_silu_mul(torch.zeros(8, 384, dtype=torch.bfloat16))
-    cases["silu-mul all zeros"] = {"scale": float(scale[0]), "q_values": sorted(set(q.flatten().tolist()))}
-    try:
-        utils._silu_mul_quant_blocks(43, 192)
-        cases["silu-mul over the limit"] = "accepted"
-    except ValueError as e:
-        cases["silu-mul over the limit"] = str(e)
     q, scale = run(torch.zeros(2, 1024, dtype=torch.bfloat16))
     cases["all zeros"] = {"scale": float(scale[0]), "q_values": sorted(set(q.flatten().tolist()))}
     try:

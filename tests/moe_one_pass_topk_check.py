@@ -4,8 +4,10 @@ Run by path with TRITON_INTERPRET=1 in the environment (Triton reads it at impor
 prints one JSON object: case -> what was compared. The kernel and its launcher are the installed vLLM's own
 (vllm/model_executor/layers/fused_moe/router/fused_topk_router.py), taken from that file by name and run with
 Triton itself (vLLM's CPU build puts a stand-in for Triton in its own modules). The reference is the contract
-of vLLM's topk_softmax op written in torch: NaN/Inf logits as 0, softmax, the top-k with ties to the lower
-expert, renormalized weights, padding rows as weight 0 and expert -1, source rows k * num_rows + row.
+of vLLM 0.32's topk_softmax op (csrc/moe/topk_softmax_kernels.cu) written in torch: softmax in float32, a NaN
+or Inf probability as 0, the top-k with ties to the lower expert, weights scaled by the reciprocal of the picks'
+sum (1 when it is 0) when renormalized, padding rows as expert -1 with their weights kept, source rows
+k * num_rows + row.
 bench/router_topk_bench.py compares the kernel with vLLM's CUDA op itself on the H200.
 """
 from __future__ import annotations
@@ -49,16 +51,21 @@ router = load_patched()
 
 def reference(logits: torch.Tensor, topk: int, renormalize: bool, pad: torch.Tensor | None):
     x = logits.float()
-    x = torch.where(torch.isfinite(x), x, torch.zeros_like(x))
-    p = torch.softmax(x, dim=-1)
-    # softmax is monotonic: order by the logits, ties (stable sort) to the lower expert
-    ids = torch.sort(x, dim=-1, descending=True, stable=True).indices[:, :topk]
+    e = torch.exp(x - x.max(dim=-1, keepdim=True).values)
+    p = e * (1.0 / e.sum(dim=-1, keepdim=True))
+    finite = torch.isfinite(p)  # a NaN or +Inf logit makes its whole row NaN
+    p = torch.where(finite, p, torch.zeros_like(p))
+    # softmax is monotonic: order by the logits (a row of NaN: all equal), ties (stable sort) to the lower expert
+    order = torch.where(finite, x, torch.full_like(x, float("-inf")))
+    ids = torch.sort(order, dim=-1, descending=True, stable=True).indices[:, :topk]
     w = torch.gather(p, 1, ids)
     if renormalize:
-        w = w / w.sum(dim=-1, keepdim=True)
+        picked = torch.zeros_like(w[:, 0])
+        for k in range(topk):  # in pick order, as the op sums
+            picked = picked + w[:, k]
+        w = w * (1.0 / torch.where(picked > 0, picked, torch.ones_like(picked)))[:, None]
     ids = ids.to(torch.int32)
     if pad is not None:
-        w = torch.where(pad[:, None], torch.zeros_like(w), w)
         ids = torch.where(pad[:, None], torch.full_like(ids, -1), ids)
     m = logits.shape[0]
     src = (torch.arange(topk)[None, :] * m + torch.arange(m)[:, None]).to(torch.int32)
@@ -99,20 +106,25 @@ def main() -> None:
     ties = torch.randint(-2, 3, (4, 160), generator=g).to(torch.bfloat16)
     cases["ties E160"] = compare(ties, 8, True)
     cases["all equal E128"] = compare(torch.zeros(2, 128, dtype=torch.bfloat16), 8, True)
-    # NaN and Inf logits count as 0 (a padding row's degenerate hidden state must not pick one expert 8 times)
-    bad = torch.randn(3, 128, generator=g).to(torch.bfloat16)
+    # a NaN or +Inf logit zeroes its row: experts 0..k-1, weight 0 (a padding row's degenerate hidden state must
+    # not pick one expert 8 times); a -Inf logit is an expert of probability 0
+    bad = torch.randn(4, 128, generator=g).to(torch.bfloat16)
     bad[0, :] = float("nan")
     bad[1, 5] = float("inf")
-    bad[1, 9] = float("-inf")
     bad[2, 17] = float("nan")
+    bad[3, 9] = float("-inf")
+    bad[3, 100:] = float("-inf")
     cases["nan and inf"] = compare(bad, 8, True)
-    # cudagraph padding rows (VLLM_MOE_SKIP_PADDING): weight 0, expert -1
+    w, ids, _ = run(bad, 8, True, None)
+    cases["nan and inf rows"] = {"ids": ids.tolist(), "weights": w.tolist()}
+    # cudagraph padding rows (VLLM_MOE_SKIP_PADDING): expert -1, weights as computed
     logits = torch.randn(6, 128, generator=g).to(torch.bfloat16)
     pad = torch.tensor([False, False, False, True, True, True])
     cases["padding rows"] = compare(logits, 8, True, pad)
     w, ids, _ = run(logits, 8, True, pad)
+    unpadded, _, _ = run(logits, 8, True, None)
     cases["padding rows values"] = {"ids": sorted(set(ids[3:].flatten().tolist())),
-                                    "weights": sorted(set(w[3:].flatten().tolist()))}
+                                    "weights_kept": bool(torch.equal(w, unpadded))}
     cases["limits"] = {"tokens": router._ONE_PASS_TOPK_MAX_TOKENS, "experts": router._ONE_PASS_TOPK_MAX_EXPERTS}
     for value in ("", "1", "on", "0", "off", "maybe"):
         os.environ[router.LMI_MOE_ONE_PASS_TOPK_ENV] = value

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One H200 session: the GPU runtime from a wheelhouse carried in parts, `make smoke`, stock vLLM
-# beside the image, the kernel benches of patches 0006-0008 and the engine benchmark. Run in the repository
+# beside the image, the kernel benches of patches 0006 and 0007 and the engine benchmark. Run in the repository
 # root on the GPU host.
 #
 #   tools/h200_session.sh probe                 # host facts into $OUT (nvidia-smi, pip freeze)
@@ -45,12 +45,13 @@ all)
     echo "make $target exit: ${PIPESTATUS[0]}"
     step "stock vLLM 0.32.0 beside it (pristine wheel)"
     "$GPU_VENV/bin/python" -m pip install -q --no-index --no-deps --find-links "$WH" --target "$STOCK" vllm==0.32.0
-    step "patches 0006/0008 against vLLM's FP8 quantization op and act_and_mul (bytes and CUDA-graph time)"
-    # a kernel that fails its bench or disagrees with vLLM stays out of the engine run (0006 and 0008 share a switch)
+    step "patch 0006 against vLLM's FP8 quantization op (bytes and CUDA-graph time)"
+    # a kernel that fails its bench or disagrees with vLLM's op stays out of the engine run (the log says so)
     "$GPU_VENV/bin/python" -m bench.fp8_quant_bench --out "$RES/quant" || {
         echo "quantization bench failed: the image arms run with OPTION_FP8_MOE_ONE_LAUNCH_QUANT=false"
         export OPTION_FP8_MOE_ONE_LAUNCH_QUANT=false; }
     step "patch 0007 against vLLM's topk_softmax op (ids, weights, CUDA-graph time)"
+    # a kernel that fails or disagrees with vLLM's op stays out of the engine run (and the log says so)
     "$GPU_VENV/bin/python" -m bench.router_topk_bench --out "$RES/router" || {
         echo "router bench failed: the image arms run with OPTION_MOE_ONE_PASS_TOPK=false"
         export OPTION_MOE_ONE_PASS_TOPK=false; }
