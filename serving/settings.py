@@ -212,7 +212,7 @@ SETTINGS: tuple[Setting, ...] = (
             "MoE's inputs instead of the one-launch kernel for decode sizes (patch 0006).", parse=parse_bool,
             env=("LMI_FP8_MOE_ONE_LAUNCH_QUANT",), engine_env="LMI_FP8_MOE_ONE_LAUNCH_QUANT"),
     Setting("moe_one_pass_topk", "false: vLLM's topk_softmax op for the MoE router's softmax top-k instead of the "
-            "one-pass kernel for batches of up to 1,024 tokens (patch 0007).", parse=parse_bool,
+            "one-pass kernel for batches of up to 4,096 tokens (patch 0007).", parse=parse_bool,
             env=("LMI_MOE_ONE_PASS_TOPK",), engine_env="LMI_MOE_ONE_PASS_TOPK"),
     Setting("flashinfer_sampler", "FlashInfer's top-k/top-p sampler. Off by default: it is compiled with nvcc at the "
             "first start on every fresh host (minutes against the health-check timeout, and a failure where there is no "

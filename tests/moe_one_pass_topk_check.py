@@ -6,7 +6,7 @@ prints one JSON object: case -> what was compared. The kernel and its launcher a
 Triton itself (vLLM's CPU build puts a stand-in for Triton in its own modules). The reference is the contract
 of vLLM 0.32's topk_softmax op (csrc/moe/topk_softmax_kernels.cu) written in torch: softmax in float32, a NaN
 or Inf probability as 0, the top-k with ties to the lower expert, weights scaled by the reciprocal of the picks'
-sum (1 when it is 0) when renormalized, padding rows as expert -1 with their weights kept, source rows
+sum (1 when it is 0) when renormalized, padding rows as expert -1 (weights as computed), source rows
 k * num_rows + row.
 bench/router_topk_bench.py compares the kernel with vLLM's CUDA op itself on the H200.
 """

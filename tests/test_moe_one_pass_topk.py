@@ -59,7 +59,8 @@ def test_a_nan_or_inf_logit_zeroes_its_row_as_vllms_op_does(cases):
 
 
 def test_padding_rows_get_expert_minus_one_and_keep_their_weights(cases):
-    # vLLM's op writes -1 as the expert and leaves the weights as computed (H200, RESULTS.md run 7)
+    # expert -1, which the experts skip; the weights stay as computed (vLLM's op writes none defined there
+    # for 160 experts: bench/router_topk_bench.py)
     assert cases["padding rows"]["ids_equal"]
     assert cases["padding rows values"] == {"ids": [-1], "weights_kept": True}
 
@@ -71,4 +72,4 @@ def test_switch_values(cases):
 
 
 def test_limits(cases):
-    assert cases["limits"] == {"tokens": 1024, "experts": 1024}
+    assert cases["limits"] == {"tokens": 4096, "experts": 1024}
