@@ -32,6 +32,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -571,6 +572,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="measure only these concurrencies (default: all); the warm-up pass and the profiles "
                         "still cover every one")
     a = p.parse_args(argv)
+    # A SIGTERM (tools/h200_session.sh stop) unwinds through the finally below, so the servers, each in its own
+    # session, are stopped too: run 8 killed the bench without it and left an engine core holding the GPU's memory.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     a.out.mkdir(parents=True, exist_ok=True)
     if a.work.exists():
         shutil.rmtree(a.work)

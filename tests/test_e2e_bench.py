@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -263,3 +264,48 @@ def test_profile_classes_count_memsets_and_copies_as_gpu_work(tmp_path):
     assert r["share"] == {"attention": round(5 / 24, 4), "moe_w13": round(10 / 24, 4), "moe_w2": round(6 / 24, 4),
                           "other": round(3 / 24, 4)}
     assert dict(r["top_other"]) == {"Memcpy HtoD (Pinned -> Device)": 2, "Memset (Unknown)": 1}
+
+
+def _processes_naming(text: str) -> list[str]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # exited while we looked
+            continue
+        if text in args:
+            found.append(args[:200])
+    return found
+
+
+@pytest.mark.engine
+def test_sigterm_stops_the_bench_and_its_servers(tmp_path):
+    # the servers run in sessions of their own; a SIGTERM to the bench must still stop them (run 8 left one)
+    stock_site = tmp_path / "stock-site"
+    stock_site.mkdir()
+    models = tmp_path / "models"
+    cmd = [sys.executable, "-m", "bench.e2e_bench", "--stock-site", str(stock_site), "--models-dir", str(models),
+           "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"), "--models", "tiny-cpu",
+           "--ready-timeout", "600"]
+    p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(600):  # until both servers run (their command lines name the model's folder)
+            if len(_processes_naming(str(models / "tiny-cpu"))) >= 2 or p.poll() is not None:
+                break
+            time.sleep(0.5)
+        assert p.poll() is None, "the bench exited before its servers started"
+        assert _processes_naming(str(models / "tiny-cpu")), "no server started"
+        p.terminate()
+        assert p.wait(120) == 143
+    finally:
+        if p.poll() is None:
+            p.kill()
+    for _ in range(40):
+        if not _processes_naming(str(models / "tiny-cpu")):
+            break
+        time.sleep(0.5)
+    left = _processes_naming(str(models / "tiny-cpu"))
+    if left:  # not to leak them into the rest of the suite
+        subprocess.run(["pkill", "-9", "-f", str(models / "tiny-cpu")])
+    assert not left
+    assert (tmp_path / "out" / "logs").is_dir()  # the bench's cleanup ran: the servers' logs were kept

@@ -8,6 +8,10 @@
 #   setsid tools/h200_session.sh all &          # the rest, in the background (outlives the call);
 #                                               # env: SMOKE=0 skips the smoke tests, E2E_ARGS
 #   tools/h200_session.sh collect               # copy what is done so far into $OUT
+#   tools/h200_session.sh stop                  # end a running session and its engine servers
+#
+# Wait for the end with `sleep N; tools/h200_session.sh collect` in one call, never with a bare sleep: the files
+# come back only from the call that copies them, and a machine idle for 30 s goes back with them (run 8).
 #
 # The parts come from: tools/gpu_wheelhouse.py download --dest W --skip <what the host has>;
 # tools/gpu_wheelhouse.py pack --src W --parts .stage --size 52M (each part travels with the tree,
@@ -73,7 +77,14 @@ collect)
     tail -n 25 "$RES/session.log"
     [ -f "$RES/DONE" ] && echo "SESSION DONE"
     ;;
+stop)
+    # SIGTERM: the engine bench stops its servers (their process groups) before it exits
+    pkill -TERM -f "h200_session.sh al[l]"; pkill -TERM -f "bench.e2e_bench"
+    for _ in $(seq 60); do pgrep -f "bench.e2e_bench" > /dev/null || break; sleep 1; done
+    pgrep -fa "bench.e2e_bench|VLLM::EngineCore" || echo "stopped"
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader
+    ;;
 *)
-    sed -n 2,12p "$0"; exit 2
+    sed -n 2,16p "$0"; exit 2
     ;;
 esac
