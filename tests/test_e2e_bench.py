@@ -284,28 +284,29 @@ def test_sigterm_stops_the_bench_and_its_servers(tmp_path):
     stock_site = tmp_path / "stock-site"
     stock_site.mkdir()
     models = tmp_path / "models"
+    model = str(models / "tiny-cpu")  # in every server's command line
     cmd = [sys.executable, "-m", "bench.e2e_bench", "--stock-site", str(stock_site), "--models-dir", str(models),
            "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"), "--models", "tiny-cpu",
            "--ready-timeout", "600"]
     p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        for _ in range(600):  # until both servers run (their command lines name the model's folder)
-            if len(_processes_naming(str(models / "tiny-cpu"))) >= 2 or p.poll() is not None:
+        for _ in range(600):  # until both servers run
+            if len(_processes_naming(model)) >= 2 or p.poll() is not None:
                 break
             time.sleep(0.5)
         assert p.poll() is None, "the bench exited before its servers started"
-        assert _processes_naming(str(models / "tiny-cpu")), "no server started"
+        assert _processes_naming(model), "no server started"
         p.terminate()
         assert p.wait(120) == 143
     finally:
         if p.poll() is None:
             p.kill()
     for _ in range(40):
-        if not _processes_naming(str(models / "tiny-cpu")):
+        if not _processes_naming(model):
             break
         time.sleep(0.5)
-    left = _processes_naming(str(models / "tiny-cpu"))
+    left = _processes_naming(model)
     if left:  # not to leak them into the rest of the suite
-        subprocess.run(["pkill", "-9", "-f", str(models / "tiny-cpu")])
+        subprocess.run(["pkill", "-9", "-f", model])
     assert not left
     assert (tmp_path / "out" / "logs").is_dir()  # the bench's cleanup ran: the servers' logs were kept

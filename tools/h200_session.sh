@@ -49,16 +49,15 @@ all)
     echo "make $target exit: ${PIPESTATUS[0]}"
     step "stock vLLM 0.32.0 beside it (pristine wheel)"
     "$GPU_VENV/bin/python" -m pip install -q --no-index --no-deps --find-links "$WH" --target "$STOCK" vllm==0.32.0
-    step "patch 0006 against vLLM's FP8 quantization op (bytes and CUDA-graph time)"
     # a kernel that fails its bench or disagrees with vLLM's op stays out of the engine run (the log says so)
-    "$GPU_VENV/bin/python" -m bench.fp8_quant_bench --out "$RES/quant" || {
-        echo "quantization bench failed: the image arms run with OPTION_FP8_MOE_ONE_LAUNCH_QUANT=false"
-        export OPTION_FP8_MOE_ONE_LAUNCH_QUANT=false; }
+    kernel_bench() {  # MODULE OUT_DIR SWITCH
+        "$GPU_VENV/bin/python" -m "bench.$1" --out "$RES/$2" || {
+            echo "$1 failed: the image arms run with $3=false"; export "$3=false"; }
+    }
+    step "patch 0006 against vLLM's FP8 quantization op (bytes and CUDA-graph time)"
+    kernel_bench fp8_quant_bench quant OPTION_FP8_MOE_ONE_LAUNCH_QUANT
     step "patch 0007 against vLLM's topk_softmax op (ids, weights, CUDA-graph time)"
-    # a kernel that fails or disagrees with vLLM's op stays out of the engine run (and the log says so)
-    "$GPU_VENV/bin/python" -m bench.router_topk_bench --out "$RES/router" || {
-        echo "router bench failed: the image arms run with OPTION_MOE_ONE_PASS_TOPK=false"
-        export OPTION_MOE_ONE_PASS_TOPK=false; }
+    kernel_bench router_topk_bench router OPTION_MOE_ONE_PASS_TOPK
     step "engine benchmark"
     "$GPU_VENV/bin/python" -m bench.e2e_bench --stock-site "$STOCK" --image-python "$GPU_VENV/bin/python" \
         --models-dir /root/models --out "$RES/e2e" --ready-timeout 480 --profile ${E2E_ARGS:-}
