@@ -38,7 +38,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tools.launcher_process import free_port, stop
@@ -48,6 +48,10 @@ JIT_WARNING = "JIT compilation during inference"
 THROUGHPUT_CONCURRENCY = (1, 8, 32, 128)
 LATENCY_CONCURRENCY = (1, 32)
 MAX_NUM_SEQS = 128
+# Decoder layers of every model unless --layers says otherwise. At 16 a one-client decode step is host-bound on
+# the H200 hosts (inter-token 1.7-2.3 ms against 1.1-1.6 ms of GPU work per step, runs 5-8), so deeper models
+# (run 9) measure what the kernels give a full-depth deployment.
+DEFAULT_LAYERS = 16
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,30 @@ class Model:
     fp8: str
     arms: tuple[str, ...] = ("stock", "image")
     engine_args: tuple[tuple[str, str], ...] = ()
+    layers: int = DEFAULT_LAYERS
+
+
+def with_layers(m: Model, layers: int) -> Model:
+    """The model at `layers` decoder layers. Away from the default depth the name says it (qwen3-235b-tp8-tensor@94L),
+    so that its figures, servers and folder never mix with another depth's (runs 3-8 keep their plain names)."""
+    if layers == DEFAULT_LAYERS or not m.preset:
+        return m
+    return replace(m, name=f"{m.name}@{layers}L", layers=layers)
+
+
+def parse_layers(tokens: list[str], models: list[str]) -> dict[str, int]:
+    """--layers N [MODEL=N ...]: one depth for every model, then per-model depths. Raises ValueError naming the
+    token that is neither."""
+    depth = dict.fromkeys(models, DEFAULT_LAYERS)
+    for tok in tokens:
+        name, _, n = tok.rpartition("=")
+        if name and name not in depth:
+            raise ValueError(f"--layers {tok}: {name!r} is not among --models ({', '.join(models)})")
+        if not n.isdigit() or int(n) < 1:
+            raise ValueError(f"--layers {tok}: the depth must be a whole number of layers, 1 or more")
+        for m in ([name] if name else models):
+            depth[m] = int(n)
+    return depth
 
 
 # Arms: "stock" and "image" (above), and image arms that differ from "image" by one setting each
@@ -493,7 +521,7 @@ def measure_model(a, m: Model, arms: dict[str, Server], vocab: int, results: dic
         return
     model_id = _json(next(iter(arms.values())).host, "GET", "/v1/models")["data"][0]["id"]
     wl = Workload(model_id, a.in_tokens, a.out_tokens, vocab)
-    mres = results["models"].setdefault(m.name, {"first_pass": {}, "reps": {}, "profile": {}})
+    mres = results["models"].setdefault(m.name, {"layers": m.layers, "first_pass": {}, "reps": {}, "profile": {}})
     measured = [arm for arm in MEASURED_ARMS if arm in arms]
     for arm, s in arms.items():
         s.facts["first_ttft_ms"] = round(1e3 * streamed(s.host, _body(model_id, wl.prompts[0], 16, True))["ttft"], 1)
@@ -528,7 +556,7 @@ def make_model(a, m: Model) -> Path:
     their memory (tens of GB for the DeepSeek-V3 shard) goes back before the servers start."""
     t0 = time.monotonic()
     out = a.models_dir / m.name
-    spec = (f"preset_spec({m.preset!r}, layers={a.layers}, fp8=True, fp8_scheme={m.fp8!r})" if m.preset
+    spec = (f"preset_spec({m.preset!r}, layers={m.layers}, fp8=True, fp8_scheme={m.fp8!r})" if m.preset
             else "TinySpec()")
     subprocess.run([sys.executable, "-c", "from pathlib import Path; from serving.tiny_model import *; "
                     f"ensure(Path({str(out)!r}), {spec})"], cwd=ROOT, check=True)
@@ -555,9 +583,12 @@ def main(argv: list[str] | None = None) -> int:
     all_arms = sorted({arm for m in MODELS for arm in m.arms})
     p.add_argument("--arms", nargs="*", default=all_arms, choices=all_arms,
                    help="start only these of each model's arms")
-    p.add_argument("--layers", type=int, default=16,
-                   help="decoder layers of every model (enough that the layers, not the per-step "
-                        "overhead, set the step)")
+    p.add_argument("--layers", nargs="+", default=[str(DEFAULT_LAYERS)], metavar="N|MODEL=N",
+                   help="decoder layers: N for every model, MODEL=N for one (enough that the layers, not the "
+                        "host's per-step work, set the step)")
+    p.add_argument("--drop-models", action="store_true",
+                   help="delete each model's folder once its servers stop (the H200 host's 64 GB disk holds one "
+                        "deep shard at a time)")
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--waves", type=int, default=6,
                    help="requests per client in each measured run (2 gave ±35%% swings between repetitions)")
@@ -572,6 +603,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="measure only these concurrencies (default: all); the warm-up pass and the profiles "
                         "still cover every one")
     a = p.parse_args(argv)
+    try:
+        depth = parse_layers(a.layers, list(dict.fromkeys(a.models)))
+    except ValueError as e:
+        p.error(str(e))
     # A SIGTERM (tools/h200_session.sh stop) unwinds through the finally below, so the servers, each in its own
     # session, are stopped too: run 8 killed the bench without it and left an engine core holding the GPU's memory.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -580,7 +615,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(a.work)
     from serving.tiny_model import TinySpec, preset_spec
 
-    chosen = chosen_models(a.models)
+    chosen = [with_layers(m, depth[m.name]) for m in chosen_models(a.models)]
     vocab = min(spec.vocab for spec in [preset_spec(m.preset) if m.preset else TinySpec() for m in chosen])
     results = {"args": {k: str(v) for k, v in vars(a).items()}, "servers": {}, "models": {}}
 
@@ -613,6 +648,8 @@ def main(argv: list[str] | None = None) -> int:
                 (a.out / "logs").mkdir(exist_ok=True)
                 shutil.copy(s.log_path, a.out / "logs" / f"{s.name}.log")
             save()
+            if a.drop_models:
+                shutil.rmtree(model_dir, ignore_errors=True)
     print(summarize(results))
     return 0
 

@@ -310,3 +310,27 @@ def test_sigterm_stops_the_bench_and_its_servers(tmp_path):
         subprocess.run(["pkill", "-9", "-f", model])
     assert not left
     assert (tmp_path / "out" / "logs").is_dir()  # the bench's cleanup ran: the servers' logs were kept
+
+
+def test_layers_per_model_and_names_that_say_the_depth():
+    names = ["qwen3-235b-tp8-tensor", "qwen3-coder-480b-tp8-tensor"]
+    assert e2e_bench.parse_layers(["16"], names) == dict.fromkeys(names, 16)
+    assert e2e_bench.parse_layers(["94", "qwen3-coder-480b-tp8-tensor=40"], names) == {
+        "qwen3-235b-tp8-tensor": 94, "qwen3-coder-480b-tp8-tensor": 40}
+    coder = e2e_bench.chosen_models(names[1:])[0]
+    assert e2e_bench.with_layers(coder, 16) is coder  # runs 3-8's names stay as recorded
+    deep = e2e_bench.with_layers(coder, 40)
+    assert (deep.name, deep.layers, deep.preset) == ("qwen3-coder-480b-tp8-tensor@40L", 40, coder.preset)
+    for bad, named in ((["deepseek-v3-tp8-block=8"], "deepseek-v3-tp8-block"), (["0"], "whole number"),
+                       (["qwen3-235b-tp8-tensor=x"], "whole number")):
+        with pytest.raises(ValueError, match=named):
+            e2e_bench.parse_layers(bad, names)
+
+
+def test_a_bad_layers_token_is_refused_before_anything_starts(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "bench.e2e_bench", "--stock-site", str(tmp_path), "--models-dir",
+                        str(tmp_path / "m"), "--out", str(tmp_path / "o"), "--work", str(tmp_path / "w"),
+                        "--models", "qwen3-235b-tp8-tensor", "--layers", "qwen3-coder-480b-tp8-tensor=40"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "--layers qwen3-coder-480b-tp8-tensor=40" in p.stderr
+    assert not (tmp_path / "o").exists()

@@ -6,7 +6,8 @@
 #   tools/h200_session.sh probe                 # host facts into $OUT (nvidia-smi, pip freeze)
 #   tools/h200_session.sh stage PART            # move one carried part (.stage/...) to $STAGE
 #   setsid tools/h200_session.sh all &          # the rest, in the background (outlives the call);
-#                                               # env: SMOKE=0 skips the smoke tests, E2E_ARGS
+#                                               # env: SMOKE=0 skips the smoke tests, PROFILE=0 the
+#                                               # profiler windows (minutes each on deep models), E2E_ARGS
 #   tools/h200_session.sh collect               # copy what is done so far into $OUT
 #   tools/h200_session.sh stop                  # end a running session and its engine servers
 #
@@ -60,7 +61,8 @@ all)
     kernel_bench router_topk_bench router OPTION_MOE_ONE_PASS_TOPK
     step "engine benchmark"
     "$GPU_VENV/bin/python" -m bench.e2e_bench --stock-site "$STOCK" --image-python "$GPU_VENV/bin/python" \
-        --models-dir /root/models --out "$RES/e2e" --ready-timeout 480 --profile ${E2E_ARGS:-}
+        --models-dir /root/models --out "$RES/e2e" --ready-timeout 480 $([ "${PROFILE:-1}" = 0 ] || echo --profile) \
+        ${E2E_ARGS:-}
     step "done"
     touch "$RES/DONE"
     ;;
