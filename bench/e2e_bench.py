@@ -1,6 +1,7 @@
 """The image against stock vLLM 0.32.0 in the real engine, side by side on one GPU.
 
     python -m bench.e2e_bench --stock-site DIR --image-python PY --models-dir DIR --out DIR [--reps 3] [--profile]
+        [--layers N [MODEL=N ...]]   # e.g. --layers 94 qwen3-coder-480b-tp8-tensor=40 (run 9: deployment depth)
 
 Every arm is an HTTP server on loopback: "image" is this project's launcher (./entrypoint.sh serve:
 the patched vLLM, configs/, the image's settings); "stock" is vLLM's own OpenAI server from the

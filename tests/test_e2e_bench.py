@@ -334,3 +334,23 @@ def test_a_bad_layers_token_is_refused_before_anything_starts(tmp_path):
                        cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "--layers qwen3-coder-480b-tp8-tensor=40" in p.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_run_9_deep_shards_as_recorded_and_as_results_shows_them():
+    """H200 run 9 (bench/data/h200_engine_9): the Qwen3 shards at 94 and 40 layers, kept apart from the 16-layer
+    runs by their names; RESULTS "Run 9" shows the bench's own rows, and its goal figures are the recorded ones."""
+    from bench import e2e_pool
+    res = json.loads((ROOT / "bench" / "data" / "h200_engine_9" / "e2e.json").read_text())
+    assert {m: r["layers"] for m, r in res["models"].items()} == {
+        "qwen3-235b-tp8-tensor@94L": 94, "qwen3-coder-480b-tp8-tensor@40L": 40}
+    results = set((ROOT / "bench" / "RESULTS.md").read_text().splitlines())
+    rows = [ln for ln in e2e_bench.summarize(res).splitlines() if ln.startswith("| qwen3-")]
+    assert len(rows) == 2 * 6 + 4 and all(r in results for r in rows)
+    for model in res["models"]:
+        one_client = e2e_bench.paired_ratios([res], model, "throughput", "tok_s", "1")
+        assert len(one_client) == 4 and min(one_client) >= 1.10  # the issue's one-client goal, every repetition
+        assert all(s["jit_warnings"] == 0 for n, s in res["servers"].items() if n == f"{model}.image")
+    # pooled with a 16-layer run, each depth keeps its own rows
+    pooled = e2e_pool.table([json.loads(H200_RUN_6.read_text()), res])
+    assert any(r.startswith("| qwen3-235b-tp8-tensor |") for r in pooled)
+    assert any(r.startswith("| qwen3-235b-tp8-tensor@94L |") for r in pooled)
