@@ -608,6 +608,9 @@ def main(argv: list[str] | None = None) -> int:
         depth = parse_layers(a.layers, list(dict.fromkeys(a.models)))
     except ValueError as e:
         p.error(str(e))
+    for m in chosen_models(a.models):
+        if not m.preset and depth[m.name] != DEFAULT_LAYERS:
+            p.error(f"--layers: {m.name} is the embedded model, its depth is fixed; give the others' as MODEL=N")
     # A SIGTERM (tools/h200_session.sh stop) unwinds through the finally below, so the servers, each in its own
     # session, are stopped too: run 8 killed the bench without it and left an engine core holding the GPU's memory.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

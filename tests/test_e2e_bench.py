@@ -354,3 +354,10 @@ def test_run_9_deep_shards_as_recorded_and_as_results_shows_them():
     pooled = e2e_pool.table([json.loads(H200_RUN_6.read_text()), res])
     assert any(r.startswith("| qwen3-235b-tp8-tensor |") for r in pooled)
     assert any(r.startswith("| qwen3-235b-tp8-tensor@94L |") for r in pooled)
+
+
+def test_the_embedded_models_depth_is_not_silently_ignored(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        e2e_bench.main(["--stock-site", str(tmp_path), "--models-dir", str(tmp_path), "--out", str(tmp_path / "o"),
+                        "--models", "tiny-cpu", "--layers", "4"])
+    assert e.value.code == 2 and "tiny-cpu is the embedded model" in capsys.readouterr().err
