@@ -7,7 +7,8 @@
 #   tools/h200_session.sh stage PART            # move one carried part (.stage/...) to $STAGE
 #   setsid tools/h200_session.sh all &          # the rest, in the background (outlives the call);
 #                                               # env: SMOKE=0 skips the smoke tests, PROFILE=0 the
-#                                               # profiler windows (minutes each on deep models), E2E_ARGS
+#                                               # profiler windows (at 94 layers a one-client window is
+#                                               # about a million GPU events to write and parse), E2E_ARGS
 #   tools/h200_session.sh collect               # copy what is done so far into $OUT
 #   tools/h200_session.sh stop                  # end a running session and its engine servers
 #
