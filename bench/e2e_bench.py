@@ -70,7 +70,7 @@ class Model:
 def with_layers(m: Model, layers: int) -> Model:
     """The model at `layers` decoder layers. Away from the default depth the name says it (qwen3-235b-tp8-tensor@94L),
     so that its figures, servers and folder never mix with another depth's (runs 3-8 keep their plain names)."""
-    if layers == DEFAULT_LAYERS or not m.preset:
+    if layers == DEFAULT_LAYERS:
         return m
     return replace(m, name=f"{m.name}@{layers}L", layers=layers)
 
@@ -608,7 +608,8 @@ def main(argv: list[str] | None = None) -> int:
         depth = parse_layers(a.layers, list(dict.fromkeys(a.models)))
     except ValueError as e:
         p.error(str(e))
-    for m in chosen_models(a.models):
+    chosen = chosen_models(a.models)
+    for m in chosen:
         if not m.preset and depth[m.name] != DEFAULT_LAYERS:
             p.error(f"--layers: {m.name} is the embedded model, its depth is fixed; give the others' as MODEL=N")
     # A SIGTERM (tools/h200_session.sh stop) unwinds through the finally below, so the servers, each in its own
@@ -619,7 +620,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(a.work)
     from serving.tiny_model import TinySpec, preset_spec
 
-    chosen = [with_layers(m, depth[m.name]) for m in chosen_models(a.models)]
+    chosen = [with_layers(m, depth[m.name]) for m in chosen]
     vocab = min(spec.vocab for spec in [preset_spec(m.preset) if m.preset else TinySpec() for m in chosen])
     results = {"args": {k: str(v) for k, v in vars(a).items()}, "servers": {}, "models": {}}
 

@@ -327,12 +327,12 @@ def test_layers_per_model_and_names_that_say_the_depth():
             e2e_bench.parse_layers(bad, names)
 
 
-def test_a_bad_layers_token_is_refused_before_anything_starts(tmp_path):
-    p = subprocess.run([sys.executable, "-m", "bench.e2e_bench", "--stock-site", str(tmp_path), "--models-dir",
-                        str(tmp_path / "m"), "--out", str(tmp_path / "o"), "--work", str(tmp_path / "w"),
-                        "--models", "qwen3-235b-tp8-tensor", "--layers", "qwen3-coder-480b-tp8-tensor=40"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert p.returncode == 2 and "--layers qwen3-coder-480b-tp8-tensor=40" in p.stderr
+def test_a_bad_layers_token_is_refused_before_anything_starts(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        e2e_bench.main(["--stock-site", str(tmp_path), "--models-dir", str(tmp_path / "m"), "--out",
+                        str(tmp_path / "o"), "--work", str(tmp_path / "w"), "--models", "qwen3-235b-tp8-tensor",
+                        "--layers", "qwen3-coder-480b-tp8-tensor=40"])
+    assert e.value.code == 2 and "--layers qwen3-coder-480b-tp8-tensor=40" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
 
 
