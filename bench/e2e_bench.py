@@ -119,6 +119,14 @@ MODELS = (
     Model("deepseek-v3-tp8-block", "deepseek-v3-tp8", "block", engine_args=(("linear-backend", "cutlass"),)),
     Model("qwen3-coder-480b-tp8-tensor", "qwen3-coder-480b-a35b-tp8", "tensor",
           ("stock", "image", "image-vllm-quant", "image-vllm-topk")),
+    # The official block-FP8 checkpoints as vLLM's recipes deploy them: one expert-parallel rank, or one TP4 rank.
+    Model("qwen3-235b-ep8-block", "qwen3-235b-a22b-ep8", "block", engine_args=(("linear-backend", "cutlass"),)),
+    Model("qwen3-coder-480b-ep8-block", "qwen3-coder-480b-a35b-ep8", "block",
+          engine_args=(("linear-backend", "cutlass"),)),
+    Model("deepseek-v3-ep8-block", "deepseek-v3-ep8", "block", engine_args=(("linear-backend", "cutlass"),)),
+    Model("qwen3-235b-tp4-block", "qwen3-235b-a22b-tp4", "block", engine_args=(("linear-backend", "cutlass"),)),
+    Model("qwen3-coder-480b-tp4-block", "qwen3-coder-480b-a35b-tp4", "block",
+          engine_args=(("linear-backend", "cutlass"),)),
 )
 # The embedded bf16 tiny model: a check of this script itself on the CPU engine (--models tiny-cpu).
 CPU_CHECK = Model("tiny-cpu", "", "")

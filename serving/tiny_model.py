@@ -7,8 +7,12 @@ smoke tests and the engine benchmark of the patched MoE path.
     python -m serving.tiny_model --out DIR [--layers 2] [--hidden 256] [--experts 8] [--fp8 [tensor|static|block]]
     python -m serving.tiny_model --out DIR --preset qwen3-235b-a22b-tp8 --layers 4 --fp8 tensor
 
-A preset gives the layer dimensions one GPU of a real deployment sees (a "TP8 shard": the
-MoE GEMMs of one rank of tensor parallelism 8), with random weights and reduced depth.
+A preset gives the layer dimensions one GPU of a real deployment sees, with random weights and
+reduced depth (`--layers`), served at TP=1:
+  - `-tp8` / `-tp4`: one rank of tensor parallelism 8 or 4 (heads, KV heads and every expert's N
+    divided by the TP size; all experts, the model's top-k);
+  - `-ep8`: one rank of expert parallelism 8, as vLLM's recipes deploy the block-FP8 Qwen3 and
+    DeepSeek checkpoints (PRESETS says how it matches such a rank and where it does not).
 
 The tokenizer is byte-level (every byte is a token, no merges), so any text
 round-trips and no vocabulary file has to be downloaded.
@@ -351,6 +355,27 @@ PRESETS: dict[str, dict] = {
                                       moe_intermediate=320),
     "deepseek-v3-tp8": dict(hidden=7168, heads=16, kv_heads=1, head_dim=128, experts=256, top_k=8,
                             moe_intermediate=256),
+    # Tensor parallelism 4 (vLLM's other layout for the block-FP8 Qwen3 checkpoints, whose N at TP8 is no
+    # multiple of the 128 block): a quarter of the heads and of each expert's N, every expert.
+    "qwen3-235b-a22b-tp4": dict(hidden=4096, heads=16, kv_heads=1, head_dim=128, experts=128, top_k=8,
+                                moe_intermediate=384),
+    "qwen3-coder-480b-a35b-tp4": dict(hidden=6144, heads=24, kv_heads=2, head_dim=128, experts=160, top_k=8,
+                                      moe_intermediate=640),
+    # Expert parallelism 8: a rank holds an eighth of the experts whole (N unsplit) and computes every token's
+    # picks among them. Top-8 over 128 (160, 256) experts lands on average 8 x 16/128 = 1 (token, local expert)
+    # pair per token on a rank, so the shard routes top-1 over its local experts: the same pairs per token, the
+    # same expert weights read per step, the same MoE GEMM shapes (the config file E=16,N=1536 etc.). Where it
+    # differs from a real rank: its router is 16 (20, 32) wide instead of 128 (160, 256), a step's pairs are
+    # spread exactly one per token instead of 0-8 per token with the same mean, and a TP=1 run has none of EP's
+    # collectives (the dispatch and combine of tokens across ranks). Attention as the layout shards it: TP8 heads
+    # for the 235B (SageMaker recipe: TP8 with expert parallelism) and DeepSeek-V3 (Qwen3 attention in place of
+    # MLA, as the tp8 preset), all heads for the Coder (recipe: data parallel 8 with expert parallelism).
+    "qwen3-235b-a22b-ep8": dict(hidden=4096, heads=8, kv_heads=1, head_dim=128, experts=16, top_k=1,
+                                moe_intermediate=1536),
+    "qwen3-coder-480b-a35b-ep8": dict(hidden=6144, heads=96, kv_heads=8, head_dim=128, experts=20, top_k=1,
+                                      moe_intermediate=2560),
+    "deepseek-v3-ep8": dict(hidden=7168, heads=16, kv_heads=1, head_dim=128, experts=32, top_k=1,
+                            moe_intermediate=2048),
 }
 PRESET_COMMON = dict(vocab=16384, max_position=4096, direct_init=True)
 

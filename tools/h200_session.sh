@@ -5,6 +5,10 @@
 #
 #   tools/h200_session.sh probe                 # host facts into $OUT (nvidia-smi, pip freeze)
 #   tools/h200_session.sh stage PART            # move one carried part (.stage/...) to $STAGE
+#   setsid tools/h200_session.sh tune &         # block-FP8 config tuning (kernel harness only, no wheelhouse:
+#                                               # the host's torch and Triton; carry .cache/carry); runs beside
+#                                               # the staging calls, and `all` waits for it, then serves the image
+#                                               # with the gated files added to configs/
 #   setsid tools/h200_session.sh all &          # the rest, in the background (outlives the call);
 #                                               # env: SMOKE=0 skips the smoke tests, PROFILE=0 the
 #                                               # profiler windows (at 94 layers a one-client window is
@@ -36,6 +40,25 @@ probe)
 stage)
     mkdir -p "$STAGE" && mv "$2" "$STAGE/" && ls "$STAGE" | wc -l
     ;;
+tune)
+    # Per-GEMM tune of the block-FP8 shapes, candidate files, their bench against stock (its file or its default
+    # heuristic), the gated files. From a copy of the tree: the next call replaces the tree.
+    K=$RES/kernels; mkdir -p "$K" && rm -rf /root/tune-tree && cp -a . /root/tune-tree && cd /root/tune-tree || exit 1
+    exec > >(tee -a "$K/tune.log") 2>&1
+    S=.cache/carry/stock; P=.cache/carry/patched; MS=1,2,4,8,16,24,32,48,64,96,128,256,512
+    SHAPES=${TUNE_SHAPES:-qwen3-235b-ep8,qwen3-coder-480b-ep8,deepseek-v3-ep8,qwen3-235b-tp4,qwen3-coder-480b-tp4}
+    A="--fused-moe-py $S/fused_moe.py --patched-fused-moe-py $P/fused_moe.py --workers 15"
+    python3 bench/moe_kernel_bench.py $A --mode gtune --space wide --seeds 3 --budget-s "${TUNE_BUDGET_S:-420}" \
+        --tune-plan "$(echo "$SHAPES" | tr ',' '\n' | sed "s/\$/:$MS/" | paste -sd';')" --out "$K" --tag gblock
+    python3 -m bench.moe.make_configs --tune "$K/gtune_gblock.json" --stock-configs-dir $S/configs --out "$K/cand"
+    python3 bench/moe_kernel_bench.py $A --configs-dir "$K/cand" --mode bench --shapes "$SHAPES" --ms $MS \
+        --budget-s "${BENCH_BUDGET_S:-300}" --out "$K" --tag bblock
+    python3 -m bench.moe.make_configs --tune "$K/gtune_gblock.json" --bench "$K/bench_bblock.json" \
+        --stock-configs-dir $S/configs --out "$K/gated" --report "$K/decisions.json"
+    # what the image arm serves with: the shipped files plus the gated ones
+    rm -rf "$K/configs" && cp -r configs "$K/configs" && cp "$K"/gated/*.json "$K/configs/"
+    touch "$K/DONE"
+    ;;
 all)
     mkdir -p "$RES"
     exec > >(tee -a "$RES/session.log") 2>&1
@@ -56,10 +79,18 @@ all)
         "$GPU_VENV/bin/python" -m "bench.$1" --out "$RES/$2" || {
             echo "$1 failed: the image arms run with $3=false"; export "$3=false"; }
     }
-    step "patch 0006 against vLLM's FP8 quantization op (bytes and CUDA-graph time)"
-    kernel_bench fp8_quant_bench quant OPTION_FP8_MOE_ONE_LAUNCH_QUANT
-    step "patch 0007 against vLLM's topk_softmax op (ids, weights, CUDA-graph time)"
-    kernel_bench router_topk_bench router OPTION_MOE_ONE_PASS_TOPK
+    if [ "${KERNELS:-1}" != 0 ]; then
+        step "patch 0006 against vLLM's FP8 quantization op (bytes and CUDA-graph time)"
+        kernel_bench fp8_quant_bench quant OPTION_FP8_MOE_ONE_LAUNCH_QUANT
+        step "patch 0007 against vLLM's topk_softmax op (ids, weights, CUDA-graph time)"
+        kernel_bench router_topk_bench router OPTION_MOE_ONE_PASS_TOPK
+    fi
+    if [ -d "$RES/kernels" ]; then
+        step "waiting for the config tune (its GPU timings must not share the GPU)"
+        while [ ! -f "$RES/kernels/DONE" ] && pgrep -f "h200_session.sh tun[e]" > /dev/null; do sleep 5; done
+        [ -f "$RES/kernels/DONE" ] && export LMI_CONFIGS_DIR="$RES/kernels/configs" || echo "tune failed: shipped configs only"
+        echo "image configs: ${LMI_CONFIGS_DIR:-configs/}"
+    fi
     step "engine benchmark"
     "$GPU_VENV/bin/python" -m bench.e2e_bench --stock-site "$STOCK" --image-python "$GPU_VENV/bin/python" \
         --models-dir /root/models --out "$RES/e2e" --ready-timeout 480 $([ "${PROFILE:-1}" = 0 ] || echo --profile) \
@@ -71,6 +102,7 @@ collect)
     [ -d "$RES" ] || { echo "no results yet"; exit 0; }
     for f in session.log smoke.log; do [ -f "$RES/$f" ] && cp "$RES/$f" "$OUT/"; done
     for f in e2e.md e2e.json; do [ -f "$RES/e2e/$f" ] && cp "$RES/e2e/$f" "$OUT/"; done
+    [ -d "$RES/kernels" ] && tar -czf "$OUT/kernels.tar.gz" -C "$RES" --exclude kernels/configs kernels
     # the kernel benches' tables and data in one file: at most 8 files come back from a call
     benches=$(cd "$RES" && ls quant/fp8_quant.* router/router_topk.* 2>/dev/null)
     [ -n "$benches" ] && tar -czf "$OUT/kernel-benches.tar.gz" -C "$RES" $benches
@@ -81,7 +113,8 @@ collect)
     ;;
 stop)
     # SIGTERM: the engine bench stops its servers (their process groups) before it exits
-    pkill -TERM -f "h200_session.sh al[l]"; pkill -TERM -f "bench.e2e_bench"
+    pkill -TERM -f "h200_session.sh al[l]"; pkill -TERM -f "h200_session.sh tun[e]"; pkill -TERM -f moe_kernel_bench
+    pkill -TERM -f "bench.e2e_bench"
     for _ in $(seq 60); do pgrep -f "bench.e2e_bench" > /dev/null || break; sleep 1; done
     pgrep -fa "bench.e2e_bench|VLLM::EngineCore" || echo "stopped"
     nvidia-smi --query-gpu=memory.used --format=csv,noheader
