@@ -67,6 +67,10 @@ def test_config_file_format(path):
 def _check_gemm_config(where, cfg, block):
     assert all(isinstance(cfg[key], int) and not isinstance(cfg[key], bool) for key in REQUIRED), f"{where}: {cfg}"
     bm, bn, bk = cfg["BLOCK_SIZE_M"], cfg["BLOCK_SIZE_N"], cfg["BLOCK_SIZE_K"]
+    if block is not None:
+        # vLLM runs a block-quantized GEMM at BLOCK_SIZE_K = min(entry, block) (invoke_fused_moe_kernel), so a
+        # stock entry kept as the stock choice (BLOCK_SIZE_K 256 at block 128) runs one block a K tile
+        bk = min(bk, *block)
     for name in ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K"):
         assert _pow2(cfg[name]), f"{where}: {name}={cfg[name]} is not a power of 2"
     assert 8 <= bm <= 256 and 16 <= bn <= 256 and 16 <= bk <= 512, f"{where}: {cfg}"
