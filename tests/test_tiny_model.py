@@ -74,3 +74,33 @@ def test_tp_friendly_check_rejects_indivisible_shapes(tmp_path):
     r = subprocess.run([sys.executable, "-m", "serving.tiny_model", "--out", str(tmp_path / "x"), "--experts", "6",
                         "--top-k", "2", "--tp-friendly", "8"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "--experts=6 is not divisible by --tp-friendly=8" in r.stderr
+
+
+# vLLM's recipes for the block-FP8 checkpoints: the whole model's experts, top-k and hidden size, and the
+# expert-parallel (EP8) or tensor-parallel (TP4) rank each layout preset stands for
+OFFICIAL_LAYOUTS = {
+    "qwen3-235b-a22b-ep8": dict(experts=128, top_k=8, hidden=4096, moe_intermediate=1536, ep=8, tp=1),
+    "qwen3-coder-480b-a35b-ep8": dict(experts=160, top_k=8, hidden=6144, moe_intermediate=2560, ep=8, tp=1),
+    "deepseek-v3-ep8": dict(experts=256, top_k=8, hidden=7168, moe_intermediate=2048, ep=8, tp=1),
+    "qwen3-235b-a22b-tp4": dict(experts=128, top_k=8, hidden=4096, moe_intermediate=1536, ep=1, tp=4),
+    "qwen3-coder-480b-a35b-tp4": dict(experts=160, top_k=8, hidden=6144, moe_intermediate=2560, ep=1, tp=4),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OFFICIAL_LAYOUTS))
+def test_a_layout_preset_is_one_rank_of_its_deployment(name):
+    """A rank of EP holds experts/EP experts whole and sees, per token, top_k x local/experts (token, local expert)
+    pairs on average; a TP rank holds every expert with N/TP. The preset has that rank's GEMMs, the same pairs per
+    token, block FP8's N % 128, and a harness shape of the same dimensions (the shape its config file is tuned on)."""
+    from bench.moe.shapes import SHAPES
+    from serving.tiny_model import FP8_BLOCK, preset_spec
+
+    full, spec = OFFICIAL_LAYOUTS[name], preset_spec(name)
+    assert spec.experts == full["experts"] // full["ep"]
+    assert spec.moe_intermediate == full["moe_intermediate"] // full["tp"]
+    pairs_per_token = full["top_k"] * spec.experts / full["experts"]
+    assert spec.top_k == (pairs_per_token if full["ep"] > 1 else full["top_k"])
+    assert spec.hidden == full["hidden"] and spec.moe_intermediate % FP8_BLOCK == 0
+    TinySpec(**{**spec.__dict__, "fp8": True, "fp8_scheme": "block"}).check()
+    assert [s for s in SHAPES.values() if (s["E"], s["topk"], s["H"], s["N"], s["block"]) ==
+            (spec.experts, spec.top_k, spec.hidden, spec.moe_intermediate, [FP8_BLOCK, FP8_BLOCK])]
