@@ -42,11 +42,12 @@ def test_options_are_parsed_into_values():
     assert d.tune_plan == [(s, [m for m in TUNER_MS if m <= 64]) for s in TP8_SHAPES]
 
 
-# (tune files, the bench that gated them) of each make_configs command in bench/RESULTS.md's "Reproduce":
+# (tune files, the benches that gated them) of each make_configs command in bench/RESULTS.md's "Reproduce":
 # the per-tensor TP8 shapes and DeepSeek-V3 TP8 (runs 1-2), the block-FP8 layouts of the official checkpoints
 MAKE_CONFIGS_RUNS = (
-    (("tune_t3.json", "tune_t4.json", "gtune_g1.json"), "bench_b5.json"),
-    (("h200_block_10/gtune_gblock.json",), "h200_block_10/bench_bblock.json"),
+    (("tune_t3.json", "tune_t4.json", "gtune_g1.json"), ("bench_b5.json",)),
+    (("h200_block_10/gtune_gblock.json", "h200_block_10/gtune_gtp4.json"),
+     ("h200_block_10/bench_bblock.json", "h200_block_10/bench_btp4.json")),
 )
 
 
@@ -55,8 +56,8 @@ def test_shipped_configs_reproduce_from_the_raw_runs(tmp_path):
     assert vllm_dir is not None, "vLLM is not installed (make venv): its own configs/ are the stock choice"
     stock = vllm_dir / "model_executor" / "layers" / "fused_moe" / "configs"
     for tune, bench in MAKE_CONFIGS_RUNS:
-        r = run("-m", "bench.moe.make_configs", "--tune", *(str(DATA / t) for t in tune), "--bench", str(DATA / bench),
-                "--stock-configs-dir", str(stock), "--out", str(tmp_path))
+        r = run("-m", "bench.moe.make_configs", "--tune", *(str(DATA / t) for t in tune),
+                "--bench", *(str(DATA / b) for b in bench), "--stock-configs-dir", str(stock), "--out", str(tmp_path))
         assert r.returncode == 0, r.stderr
     shipped = sorted(p.name for p in CONFIGS.glob("*.json"))
     assert sorted(p.name for p in tmp_path.glob("*.json")) == shipped

@@ -8,7 +8,8 @@ Rules:
   `--mode tune` run is one config for w13 AND w2; an entry of a `--mode gtune`
   run carries per-GEMM "w13"/"w2" dicts (patches 0003/0004). For the same
   shape and M a later --tune file replaces an earlier one;
-* with --bench: an entry stays "ours" only where the re-run (bench mode, CUPTI
+* with --bench (one or more files; a later one replaces an earlier one's
+  shape and M): an entry stays "ours" only where the re-run (bench mode, CUPTI
   kernel time, w13+w2) also shows ours faster than stock by more than
   --min-gain-rerun; else it reverts to the stock choice;
 * a shape that stock 0.32 already has a file for is written only if at least
@@ -48,8 +49,16 @@ def load_tune(paths):
     return res
 
 
-def bench_totals(path):
-    """{(shape, M): {variant: (entry_str, total_us)}} from a bench JSON (CUPTI if present)."""
+def bench_totals(paths):
+    """{(shape, M): {variant: (entry_str, total_us)}} from bench JSONs (CUPTI if present); a later file replaces
+    an earlier one's (shape, M) whole."""
+    out = {}
+    for path in paths:
+        out.update(_bench_totals(path))
+    return out
+
+
+def _bench_totals(path):
     d = json.load(open(path))
     acc = {}
     for r in d["rows"]:
@@ -76,7 +85,7 @@ def tune_totals(r):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tune", nargs="+", required=True)
-    ap.add_argument("--bench", default=None)
+    ap.add_argument("--bench", nargs="+", default=None, help="bench JSONs that gate the tuned entries")
     ap.add_argument("--stock-configs-dir", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--min-gain", type=float, default=0.02)
