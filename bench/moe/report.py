@@ -26,13 +26,15 @@ def t_of(r):
     return r["us"] if t is None or t != t else t
 
 
-def bench_tables(path, configs_dir):
+def bench_tables(path, configs_dir, shapes=None):
     """Per shape and M: stock vLLM (stock kernel source, its file or default)
     vs the benched files ("ours", patched source); 'shipped' = the entry in
     configs_dir: ours where it equals the benched one, else stock."""
     d = json.load(open(path))
     by = {}
     for r in d["rows"]:
+        if shapes is not None and r["shape"] not in shapes:
+            continue
         by.setdefault(r["shape"], {}).setdefault(r["M"], {}).setdefault(r["variant"], {})[r["gemm"]] = r
     out = [f"Copy bandwidth measured in this run: {d['bw'] / 1e12:.2f} TB/s (read + write). Times are CUPTI "
            "kernel durations in µs (median of the launches of 3 graph replays, min of 2 interleaved rounds). "
@@ -150,10 +152,11 @@ def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--bench", required=True)
     ap.add_argument("--jit", nargs="*", default=[], help="jit_*.json runs to tabulate (none: the bench alone)")
+    ap.add_argument("--shapes", default=None, help="comma list: tabulate these shapes of the bench only")
     ap.add_argument("--configs-dir", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                                           "configs"), help="the shipped configs (default: configs/)")
     args = ap.parse_args(argv)
-    t, summary = bench_tables(args.bench, args.configs_dir)
+    t, summary = bench_tables(args.bench, args.configs_dir, args.shapes.split(",") if args.shapes else None)
     print(t)
     # the goals of the TP8 run (runs 1-2) are the TP8 shapes; of another run, its shapes
     print(goals(summary, [s for s in TP8_SHAPES if s in summary] or list(summary)))
