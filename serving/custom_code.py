@@ -56,7 +56,8 @@ class CustomCode:
         paths = [str(COMPAT_DIR)]
         if self.requirements_dir is not None:
             paths.append(str(self.requirements_dir))
-        paths.append(str(self.folder))  # model.py may import its siblings, as in LMI
+        if self.scripts:
+            paths.append(str(self.folder))  # model.py may import its siblings, as in LMI
         return paths
 
 
@@ -91,8 +92,8 @@ def install_requirements(folder: Path, cache_dir: Path, env: Mapping[str, str],
             key.update(w.name.encode())
     target = cache_dir / "requirements" / key.hexdigest()[:16]
     done = target / ".installed"
-    if done.is_file():
-        return target, done.read_text().split("\n") if done.read_text() else []
+    if done.is_file():  # installed by an earlier start from the same file
+        return target, [n for n in done.read_text().split("\n") if n]
     staging = target.with_name(target.name + f".tmp{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
@@ -116,15 +117,15 @@ def install_requirements(folder: Path, cache_dir: Path, env: Mapping[str, str],
     return target, names
 
 
+# pip's own words for a failure -> one line naming the requirement
 _PIP_FAILURES = (
     (re.compile(r"No matching distribution found for (\S+)"), "no matching distribution found for {0} "
      "(check the name and version, and the index: PIP_INDEX_URL, or wheels in PIP_FIND_LINKS or requirements/)"),
     (re.compile(r"Invalid requirement: '?([^'\n]+)'?"), "invalid requirement {0!r}"),
-    (re.compile(r"Could not find a version that satisfies the requirement (\S+)"),
-     "no version satisfies the requirement {0}"),
-    (re.compile(r"ResolutionImpossible|conflicting dependencies"), "the requirements conflict with each other"),
-    (re.compile(r"Failed to build (\S+)|error: subprocess-exited-with-error.*?(?:Getting requirements|for (\S+))",
-                re.S), "building {0} failed"),
+    (re.compile(r"Cannot install (.+?) because these package versions have conflicting dependencies"),
+     "the requirements conflict: {0}"),
+    (re.compile(r"Failed to build (\S+)"), "building {0} failed"),
+    (re.compile(r"Could not open requirements file: (.+)"), "{0}"),
 )
 
 
