@@ -273,9 +273,10 @@ def report(p: Plan) -> list[str]:
     """The effective settings, each with its source, and what it overrode; secrets masked."""
     lines = [f"model: {p.model_path} ({p.model_source}{', from ' + p.s3_url if p.s3_url else ''})"]
     for key, r in sorted(p.resolved.items()):
-        if r.setting is not None and r.setting.location:
+        if r.setting is not None and r.setting.location and not r.setting.reader:
             continue  # shown by the model line and the env lines
-        where = "vLLM " + r.flag if r.flag else "no effect" if r.setting and r.setting.no_effect else "launcher"
+        where = ("vLLM " + r.flag if r.flag else "no effect" if r.setting and r.setting.no_effect
+                 else r.setting.reader if r.setting and r.setting.reader else "launcher")
         lines.append(f"setting {key}={r.shown()}  [{r.source}; {where}]")
         for lost in r.overridden:
             shown = "****" if r.secret else lost.raw
