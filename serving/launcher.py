@@ -46,6 +46,7 @@ class Plan:
     model_path: str
     notes: list[str] = field(default_factory=list)
     s3_url: str | None = None
+    code_folder: Path | None = None  # the user's code: model.py, requirements.txt
 
 
 def is_cpu_build() -> bool:
@@ -250,18 +251,32 @@ def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
             engine_env[r.setting.engine_env] = ("1" if v else "0") if isinstance(v, bool) else str(v)
     if s.configs_dir.is_dir() and "VLLM_TUNED_CONFIG_FOLDER" not in env:
         engine_env["VLLM_TUNED_CONFIG_FOLDER"] = str(s.configs_dir)
-    # The middleware module must import inside the engine process wherever it was started from.
-    engine_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p)
-    return Plan(s, res.entries, argv, engine_env, kind, model_path, notes, s3_url)
+    from . import custom_code
+    folder = custom_code.code_folder(s.custom_code_dir, kind, model_path, s.model_dir)
+    engine_env[custom_code.MODEL_PATH_ENV] = str(folder)  # where mhcs looks for model.py in the engine
+    found = [f.name for f in (folder / custom_code.REQUIREMENTS_FILE,) if f.is_file()]
+    found += [str(p.relative_to(folder)) for p in custom_code.scripts_in(folder, s.custom_script_filename)]
+    if found:
+        notes.append(f"custom code in {folder}: {', '.join(found)}"
+                     + ("" if s.install_requirements else " (install_requirements=false: requirements.txt not installed)"))
+    engine_env["PYTHONPATH"] = engine_python_path(custom_code.CustomCode(folder).python_path(), env)
+    return Plan(s, res.entries, argv, engine_env, kind, model_path, notes, s3_url, folder)
+
+
+def engine_python_path(code_paths: list[str], env: Mapping[str, str]) -> str:
+    """The engine's Python path: the project (the middleware imports inside the engine wherever it
+    was started from), the user's code and its requirements, then the environment's PYTHONPATH."""
+    return os.pathsep.join(x for x in (str(PROJECT_ROOT), *code_paths, env.get("PYTHONPATH", "")) if x)
 
 
 def report(p: Plan) -> list[str]:
     """The effective settings, each with its source, and what it overrode; secrets masked."""
     lines = [f"model: {p.model_path} ({p.model_source}{', from ' + p.s3_url if p.s3_url else ''})"]
     for key, r in sorted(p.resolved.items()):
-        if r.setting is not None and r.setting.location:
+        if r.setting is not None and r.setting.location and not r.setting.reader:
             continue  # shown by the model line and the env lines
-        where = "vLLM " + r.flag if r.flag else "no effect" if r.setting and r.setting.no_effect else "launcher"
+        where = ("vLLM " + r.flag if r.flag else "no effect" if r.setting and r.setting.no_effect
+                 else r.setting.reader if r.setting and r.setting.reader else "launcher")
         lines.append(f"setting {key}={r.shown()}  [{r.source}; {where}]")
         for lost in r.overridden:
             shown = "****" if r.secret else lost.raw
@@ -366,6 +381,19 @@ def main(argv: list[str] | None = None) -> int:
             print(f"configuration error: {e}", file=sys.stderr)
             return ExitCode.CONFIG_ERROR
         log.info("%s", next(n for n in p.notes if n.startswith("LoRA adapters")))
+    from .custom_code import CustomCodeError, prepare
+    try:
+        code = prepare(p.code_folder, p.settings.custom_script_filename, p.settings.cache_dir, p.env,
+                       p.settings.install_requirements)
+    except CustomCodeError as e:
+        print(f"configuration error: {e}", file=sys.stderr)
+        return ExitCode.CONFIG_ERROR
+    if code.requirements_dir is not None:
+        log.info("requirements.txt: installed %s (in %s, on the engine's path)",
+                 ", ".join(code.installed) or "nothing new", code.requirements_dir)
+    for line in code.found:
+        log.info("custom code: %s", line)
+    p.env["PYTHONPATH"] = engine_python_path(code.python_path(), os.environ)
     if args.prepare_only:
         log.info("model ready at %s (--prepare-only: not starting the engine)", p.model_path)
         return ExitCode.OK

@@ -106,6 +106,7 @@ class Setting:
     choices: tuple[str, ...] = ()
     instead: str = ""
     top_level: bool = False  # serving.properties writes it without "option." (LMI's model-server keys)
+    reader: str = ""  # who reads it where not the launcher alone (README's flag column)
 
     @property
     def option_keys(self) -> tuple[str, ...]:
@@ -224,6 +225,11 @@ SETTINGS: tuple[Setting, ...] = (
             "payload limit is 6 MiB.", parse=parse_positive_int, default=6 * 1024 * 1024,
             env=("SAGEMAKER_MAX_REQUEST_SIZE", "SERVING_MAX_REQUEST_BYTES"),
             engine_env="SERVING_MAX_REQUEST_BYTES"),
+    Setting("client_body_timeout", "Seconds a client may send nothing while its request head or body is incomplete; "
+            "then it gets 408 and its connection is closed (nginx's client_header_timeout and client_body_timeout). "
+            "It bounds silence, not the whole upload: a slow body that keeps arriving is read to its end.",
+            parse=parse_positive_int, default=60, env=("SERVING_CLIENT_BODY_TIMEOUT",),
+            engine_env="SERVING_CLIENT_BODY_TIMEOUT"),
     Setting("shutdown_timeout", "Graceful drain on SIGTERM (scale-in): new requests and /ping get 503 while requests in "
             "flight get this many seconds to finish; then any left end with an error record and the process exits 0. "
             "60 s is SageMaker's real-time invocation timeout.", parse=parse_positive_int, default=60,
@@ -265,15 +271,17 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("async_mode", "LMI's async vLLM handler.", no_effect="vLLM's async engine is always used"),
     Setting("entrypoint", "LMI's inference handler.", aliases=("entryPoint",),
             choices=("djl_python.lmi_vllm.vllm_async_service", "djl_python.huggingface", "djl_python.vllm"),
-            instead="custom handlers (model.py) are not supported; this container serves vLLM with LMI's request "
-                    "schema: leave option.entryPoint unset",
+            instead="a custom LMI handler (model.py as the entry point) is not supported; this container serves "
+                    "vLLM with LMI's request schema, and applies the @input_formatter / @output_formatter functions "
+                    "of model.py without it: leave option.entryPoint unset",
             no_effect="the built-in vLLM handler is always used"),
     Setting("enable_streaming", "LMI's streaming switch (old releases).",
             no_effect="streaming is chosen per request (\"stream\": true)"),
     Setting("output_formatter", "LMI's stream format for OpenAI bodies on /invocations: json (vLLM's server-sent "
             "events) or jsonlines (LMI: one chunk object a line, no `data:`). LMI bodies always stream jsonlines "
             "(TGI's events with tgi_compat).", choices=("json", "jsonlines"), default="json",
-            instead="custom output formatters are not supported", engine_env="LMI_OUTPUT_FORMATTER"),
+            instead="a custom output formatter is a function marked @output_formatter in model.py",
+            engine_env="LMI_OUTPUT_FORMATTER"),
     Setting("tgi_compat", "true: TGI's answer shapes for LMI bodies (a list of generated_text objects, `data:` "
             "server-sent events when streaming), so Hugging Face clients read them.", parse=parse_bool,
             default=False, engine_env="LMI_TGI_COMPAT"),
@@ -315,6 +323,11 @@ SETTINGS: tuple[Setting, ...] = (
             env=("SAGEMAKER_SESSIONS_PATH",), engine_env="SAGEMAKER_SESSIONS_PATH"),
     Setting("sessions_expiration", "Seconds a session stays valid (default: 1200).", parse=parse_positive_int,
             env=("SAGEMAKER_SESSIONS_EXPIRATION",), engine_env="SAGEMAKER_SESSIONS_EXPIRATION"),
+    Setting("install_requirements", "Install requirements.txt of the model folder at start, with pip, into the cache "
+            "folder (never the image's own packages), and put it on the engine's path. pip's own environment "
+            "applies (PIP_INDEX_URL, PIP_FIND_LINKS, PIP_NO_INDEX), and wheels in a requirements/ folder beside the "
+            "file are used, for endpoints without network. A failed install stops the start naming the requirement.",
+            parse=parse_bool, default=True, env=("STANDARD_AUTO_INSTALL_REQ",)),
     Setting("download_dir", "Where an s3:// model is downloaded (default: a folder under the cache directory).",
             env=("SERVING_DOWNLOAD_DIR",)),
     Setting("model_dir", "The model directory: serving.properties, and the model itself when it holds config.json.",
@@ -325,6 +338,28 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("configs_dir", "Tuned fused-MoE configs handed to vLLM as VLLM_TUNED_CONFIG_FOLDER (unless that is set).",
             parse=parse_path, default=Path(__file__).resolve().parent.parent / "configs",
             default_text="configs/ beside serving/", env=("LMI_CONFIGS_DIR",), location=True),
+    Setting("custom_code_dir", "Where the engine looks for the user's code (model.py, CUSTOM_SCRIPT_FILENAME) "
+            "and requirements.txt. Unset: the model's own folder (local, the model directory, or the s3:// "
+            "download), else the model directory; handed to mhcs in the engine.",
+            parse=parse_path, env=("SAGEMAKER_MODEL_PATH",), location=True, reader="launcher and mhcs (engine)"),
+    Setting("custom_script_filename", "The script mhcs loads from the code folder: its custom_sagemaker_ping_handler "
+            "and custom_sagemaker_invocation_handler functions and its decorated handlers; LMI's "
+            "@input_formatter / @output_formatter functions in it apply to every request.", default="model.py",
+            env=("CUSTOM_SCRIPT_FILENAME",), location=True, reader="launcher and mhcs (engine)"),
+    Setting("custom_ping_handler", "`file.py:function` or `module:function` answering /ping (AWS's vLLM image's "
+            "name; beats the script's handlers). During the drain /ping answers 503 whatever it says.",
+            env=("CUSTOM_FASTAPI_PING_HANDLER",), location=True, reader="mhcs (engine)"),
+    Setting("custom_invocation_handler", "`file.py:function` or `module:function` answering every /invocations "
+            "body, LMI bodies included (AWS's vLLM image's name; beats the script's handlers).",
+            env=("CUSTOM_FASTAPI_INVOCATION_HANDLER",), location=True, reader="mhcs (engine)"),
+    Setting("custom_pre_process", "`file.py:function` that gets each request (FastAPI Request) before vLLM's routes "
+            "answer it (AWS's vLLM image's name).", env=("CUSTOM_PRE_PROCESS",), location=True,
+            reader="mhcs (engine)"),
+    Setting("custom_post_process", "`file.py:function` that gets each response of vLLM's routes before it is sent "
+            "(AWS's vLLM image's name).", env=("CUSTOM_POST_PROCESS",), location=True, reader="mhcs (engine)"),
+    Setting("custom_pre_post_process", "`file.py:function`, a FastAPI HTTP middleware around vLLM's routes; beats "
+            "custom_pre_process and custom_post_process.", env=("CUSTOM_FASTAPI_MIDDLEWARE_PRE_POST_PROCESS",),
+            location=True, reader="mhcs (engine)"),
     Setting("python", "The Python entrypoint.sh starts the launcher with (default: the project's .venv, else "
             "python3); read by entrypoint.sh itself.", env=("SERVING_PYTHON",), location=True),
     Setting("cuda_compat_dir", "CUDA's forward-compatibility libraries, put first on the library path when the host "
@@ -407,7 +442,7 @@ def markdown_table() -> str:
     for s in SETTINGS:
         keys = ", ".join(f"`option.{k}`" for k in s.option_keys) or "(environment only)"
         envs = ", ".join(f"`{e}`" for e in s.env_names)
-        flag = f"`{s.flag}`" if s.flag else "no effect" if s.no_effect else "(launcher)"
+        flag = f"`{s.flag}`" if s.flag else "no effect" if s.no_effect else f"({s.reader or 'launcher'})"
         default = f"`{s.default_text or s.default}`" if s.default is not None else ""
         meaning = s.help
         if s.choices:

@@ -61,3 +61,23 @@ def moto_env():
             else:
                 os.environ[k] = v
         srv.stop()
+
+
+STALL_BOUND_S = 3  # client_body_timeout of user_code_server: short, so the stalled-client tests run in seconds
+
+
+@pytest.fixture(scope="session")
+def user_code_server(tmp_path_factory) -> Server:
+    """The tiny model in a model folder with LMI users' code (tests/user_code.py: model.py with LMI's
+    documented formatter examples, requirements.txt installed from the wheel folder beside it, no index),
+    a /ping handler from that package named by AWS's vLLM image's CUSTOM_FASTAPI_PING_HANDLER, and a
+    short client_body_timeout."""
+    from user_code import lmi_model_folder
+
+    tmp = tmp_path_factory.mktemp("user-code")
+    mdir = lmi_model_folder(tmp / "model")
+    srv = start_launcher(tmp, {"SERVING_MODEL_DIR": str(mdir), "LMI_CACHE_DIR": str(tmp / "cache"),
+                               "PIP_NO_INDEX": "1", "OPTION_CLIENT_BODY_TIMEOUT": str(STALL_BOUND_S),
+                               "CUSTOM_FASTAPI_PING_HANDLER": "lmi_fixture_greeting:ping"})
+    yield srv
+    stop(srv.proc)

@@ -95,6 +95,29 @@ def test_deep_nesting_is_named(http):
     assert r.status_code == 400 and "nested too deeply" in r.json()["error"]
 
 
+@pytest.mark.parametrize("field", ["top_k", "seed"])
+@pytest.mark.parametrize("chat", [False, True], ids=["completion", "chat"])
+def test_openai_integer_beyond_64_bits_gets_400_naming_the_field(http, field, chat):
+    doc = {"messages": [{"role": "user", "content": "x"}]} if chat else {"prompt": "x"}
+    r = http.post("/invocations", json={**doc, "max_tokens": 2, "temperature": 1.0, field: 10**20})
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]  # vLLM's own error shape, as for every OpenAI body
+    assert err["param"] == field and err["message"].startswith(f"{field}: 100000000000000000000 does not fit")
+
+
+def test_lmi_stop_strings_beyond_vllms_limit_get_424_naming_field_and_limit(http):
+    r = http.post("/invocations", json={"inputs": "x", "parameters": {"stop": [f"s{i}" for i in range(1000)]}})
+    assert r.status_code == 424, r.text
+    doc = r.json()
+    assert doc["field"] == "parameters.stop" and "1000 stop strings" in doc["error"] and "limit is 4" in doc["error"]
+    r = http.post("/invocations", json={"inputs": "x", "parameters": {"stop_sequences": ["a", "b", "c", "d", "e"],
+                                                                      "max_new_tokens": 2}})
+    assert r.status_code == 424 and r.json()["field"] == "parameters.stop_sequences", r.text
+    ok = http.post("/invocations", json={"inputs": "x", "parameters": {"stop": ["a", "b"], "stop_sequences": ["c", "d"],
+                                                                       "max_new_tokens": 2}})
+    assert ok.status_code == 200, ok.text
+
+
 # -- generated ---------------------------------------------------------------------------
 
 FIELDS = {  # LMI parameter -> values it refuses, whatever their type

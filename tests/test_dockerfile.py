@@ -242,3 +242,27 @@ def test_caches_and_configs_on_the_right_paths():
     bake = [a for a in of("RUN") if "serving.tiny_model" in a]
     assert bake and f"--out {e['LMI_CACHE_DIR']}/tiny-qwen3-moe" in bake[0]
     assert f"chown -R app:app {e['LMI_CACHE_DIR']}" in bake[0]
+
+
+def test_image_ships_lmis_formatter_names_on_the_engines_path(tmp_path):
+    """LMI's djl_python formatter names live under serving/, which the image copies whole; the launcher
+    puts them on the engine's Python path, where a user's model.py imports them."""
+    import subprocess
+    import sys
+
+    from serving.custom_code import COMPAT_DIR
+    from serving.launcher import plan
+
+    assert copies()["serving"] == "/opt/lmi/serving"
+    assert COMPAT_DIR.is_relative_to(ROOT / "serving")
+    p = plan({"SERVING_MODEL_DIR": str(tmp_path), "LMI_CACHE_DIR": str(tmp_path / "cache")})
+    assert str(COMPAT_DIR) in p.env["PYTHONPATH"].split(":")
+    code = ("from djl_python.input_parser import input_formatter\n"
+            "from djl_python.output_formatter import output_formatter, TextGenerationOutput\n"
+            "from djl_python.encode_decode import decode\n"
+            "f = input_formatter(lambda d, **kw: d); g = output_formatter(lambda r: r)\n"
+            "assert f.is_input_formatter is True and g.is_output_formatter is True\n"
+            "assert decode(b'{\"inputs\": \"x\"}', 'application/json') == {'inputs': 'x'}\n")
+    r = subprocess.run([sys.executable, "-c", code], env={"PYTHONPATH": str(COMPAT_DIR)}, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr

@@ -68,12 +68,27 @@ def make_dense_model(out: Path, tokenizer_from: Path) -> Path:
     return out
 
 
+# LMI's adapters/<name>/model.py: its input formatter serves the requests for that adapter only.
+ADAPTER_MODEL_PY = '''from djl_python.input_parser import input_formatter
+
+
+@input_formatter
+def adapter_input(decoded_payload, tokenizer=None, adapter_name=None, **kwargs):
+    if adapter_name != "tiny-lora" or tokenizer is None:
+        raise ValueError(f"called for adapter {adapter_name!r} with tokenizer {tokenizer!r}")
+    if "adapterPrompt" in decoded_payload:
+        decoded_payload["inputs"] = decoded_payload.pop("adapterPrompt")
+    return decoded_payload
+'''
+
+
 @pytest.fixture(scope="module")
 def lora_server(tmp_path_factory):
     from serving.tiny_model import default_model_dir, ensure
 
     mdir = make_dense_model(tmp_path_factory.mktemp("model"), ensure(default_model_dir()))
     make_lora(mdir / "adapters" / ADAPTER, mdir)
+    (mdir / "adapters" / ADAPTER / "model.py").write_text(ADAPTER_MODEL_PY)
     srv = start_launcher(tmp_path_factory.mktemp("lora"), {"SERVING_MODEL_DIR": str(mdir)})
     with httpx.Client(base_url=srv.url, timeout=120) as client:
         yield srv, client
@@ -102,6 +117,19 @@ def test_adapters_in_the_model_folder_are_served(lora_server):
     assert r.json()["choices"][0]["text"] == by_body.json()["generated_text"]
     stream = generate(client, adapters=[ADAPTER], stream=True)
     assert json.loads(stream.text.splitlines()[-1])["generated_text"] == by_body.json()["generated_text"]
+
+
+def test_adapters_own_model_py_formats_that_adapters_requests(lora_server):
+    srv, client = lora_server
+    expected = generate(client, adapters=ADAPTER).json()["generated_text"]
+    body = {"adapterPrompt": PROMPT, "parameters": {"max_new_tokens": N, "ignore_eos_token": True}}
+    for how in ({"json": {**body, "adapters": ADAPTER}}, {"json": body, "headers": {ADAPTER_HEADER: ADAPTER}}):
+        r = client.post("/invocations", **how)
+        assert r.status_code == 200, r.text
+        assert r.json()["generated_text"] == expected
+    r = client.post("/invocations", json=body)  # the base model has no formatter: adapterPrompt is no body kind
+    assert r.status_code == 424 and "inputs" in r.json()["error"], r.text
+    assert f"adapters/{ADAPTER}/model.py: LMI input formatter adapter_input" in srv.log()
 
 
 def openai_token_ids(client, kind, headers=None, **fields) -> list[int]:

@@ -147,3 +147,31 @@ def test_interrupted_download_restarts_cleanly_and_never_leaves_a_half_file(buck
         assert (dest / rel).read_bytes() == (bucket["src"] / rel).read_bytes()
     assert sorted(p.name for p in dest.iterdir() if p.is_file()) == \
         sorted({rel.parts[0] for rel in bucket["files"] if len(rel.parts) == 1} | {final.name})
+
+
+def test_user_code_downloaded_from_s3_is_prepared(bucket, s3_env, tmp_path):
+    """requirements.txt (with its wheel folder) and model.py that come with an s3:// model are installed and
+    checked from the download, as from /opt/ml/model."""
+    import boto3
+    from user_code import WHEEL_NAME, WHEEL_VERSION, make_wheel
+
+    s3 = boto3.client("s3")
+    extra = {"requirements.txt": f"{WHEEL_NAME}=={WHEEL_VERSION}\n".encode(),
+             "model.py": (b"import lmi_fixture_greeting\nfrom djl_python.output_formatter import output_formatter\n\n"
+                          b"@output_formatter\ndef tagged(response):\n    return lmi_fixture_greeting.TAG\n")}
+    wheel = make_wheel(tmp_path / "wheels")
+    extra[f"requirements/{wheel.name}"] = wheel.read_bytes()
+    for rel in bucket["files"]:
+        s3.upload_file(str(bucket["src"] / rel), "models", "coded/" + rel.as_posix())
+    for rel, data in extra.items():
+        s3.put_object(Bucket="models", Key="coded/" + rel, Body=data)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPTION_", "SM_VLLM_", "HF_"))}
+    env.update(s3_env)
+    env.update({"SERVING_MODEL_DIR": str(tmp_path / "none"), "OPTION_MODEL_ID": "s3://models/coded/",
+                "SERVING_DOWNLOAD_DIR": str(tmp_path / "dl"), "LMI_CACHE_DIR": str(tmp_path / "cache"),
+                "PIP_NO_INDEX": "1"})
+    r = subprocess.run([sys.executable, "-m", "serving", "--prepare-only"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"requirements.txt: installed {WHEEL_NAME} {WHEEL_VERSION}" in r.stderr
+    assert f"custom code: {tmp_path / 'dl' / 'model.py'}: LMI output formatter tagged" in r.stderr

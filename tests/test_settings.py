@@ -527,7 +527,7 @@ def test_lmi_top_level_keys_in_serving_properties(va, model_dir):
                                                   r"runs vLLM: use vllm, or leave it unset\)"),
     ({}, "engine=MPI\n", r"engine from .*: 'MPI' is not supported here; allowed: python \(.*engine=Python"),
     ({"OPTION_ENTRYPOINT": "model.py"}, None, r"entrypoint from env OPTION_ENTRYPOINT: 'model.py' is not supported "
-                                               r"here.*custom handlers"),
+                                               r"here.*custom LMI handler"),
     ({"HF_TASK": "text-embedding"}, None, r"task from env HF_TASK: 'text-embedding' .*text generation only"),
     ({"OPTION_DTYPE": "int8"}, None, r"dtype from env OPTION_DTYPE: 'int8' is lmi-dist's .*use option.quantize"),
     ({"OPTION_OUTPUT_FORMATTER": "my_formatter"}, None, r"output_formatter from env OPTION_OUTPUT_FORMATTER: "

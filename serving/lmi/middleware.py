@@ -11,7 +11,12 @@ It sits in front of vLLM's own app and only touches `POST /invocations` (and the
   answered exactly as vLLM answers it (SSE when streaming; with output_formatter=jsonlines the
   same chunks one a line, as LMI streams them); only the LoRA adapter it names in LMI's field
   `adapters` or in `model` is handed to vLLM's SageMaker hooks in their adapter header;
-- a JSON body of none of these kinds gets LMI's 424 naming the three.
+- a JSON body of none of these kinds gets LMI's 424 naming the three;
+- the user's code (formatters.py): LMI's @input_formatter of model.py rewrites each body first, and
+  with an @output_formatter the request is served in-process and the formatter makes the body; a
+  custom invocation handler registered through mhcs gets every body as sent instead;
+- a request head or body that goes silent for client_body_timeout gets 408 and its connection
+  closed (client_timeouts.py); every HTTP request's body is bounded so, not only /invocations.
 On the lifespan it starts the engine watch that ends the process non-zero if the engine dies,
 and hooks the graceful drain on SIGTERM (drain.py), which sees every HTTP request.
 """
@@ -24,7 +29,8 @@ import os
 import re
 
 from ..settings import TABLE, engine_value
-from . import schema, stream, translate
+from . import formatters, schema, stream, translate
+from .client_timeouts import BodyTimeout, body_timeout_body, guard_request_heads, receive_within
 from .drain import Drain
 from .engine_watch import EngineWatch
 from .errors import LMIError, send_error, send_json
@@ -56,10 +62,13 @@ class LMIMiddleware:
     def __init__(self, app) -> None:
         self.app = app
         self.max_bytes = max_request_bytes()
+        self.body_timeout = float(engine_value("client_body_timeout", os.environ))
+        guard_request_heads(self.body_timeout)
         self.tgi = engine_value("tgi_compat", os.environ)
         self.openai_jsonlines = engine_value("output_formatter", os.environ) == "jsonlines"
         self.watch: EngineWatch | None = None
         self.drain = Drain()
+        self.formatters = formatters.load()
 
     async def __call__(self, scope, receive, send):
         kind = scope["type"]
@@ -72,7 +81,7 @@ class LMIMiddleware:
                 if scope["path"] == "/invocations" and scope["method"] == "POST":
                     await self._invocations(scope, receive, req.send)
                 else:
-                    await self.app(scope, receive, req.send)
+                    await self._bounded(scope, receive, req.send)
             except asyncio.CancelledError:
                 if not req.forced:  # not ended by the drain: someone else's cancellation
                     raise
@@ -107,12 +116,46 @@ class LMIMiddleware:
             return message
         return wrapped
 
+    async def _bounded(self, scope, receive, send):
+        """The app, with the request body bounded: silence for client_body_timeout while the body is
+        incomplete ends the request with 408 and closes the connection; the app then reads a hang-up."""
+        body_done = False
+        answered = False
+        started = False
+
+        async def bounded_receive():
+            nonlocal body_done, answered
+            if body_done or answered:
+                return await receive() if not answered else {"type": "http.disconnect"}
+            try:
+                message = await receive_within(receive, self.body_timeout)
+            except BodyTimeout:
+                answered = True
+                if not started:
+                    await send_json(send, 408, body_timeout_body(self.body_timeout), [(b"connection", b"close")])
+                return {"type": "http.disconnect"}
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                body_done = True
+            return message
+
+        async def guarded_send(message):
+            nonlocal started
+            if answered:
+                return  # the 408 is the answer
+            started = True
+            await send(message)
+
+        await self.app(scope, bounded_receive, guarded_send)
+
     # -- /invocations -----------------------------------------------------------------------
 
     async def _invocations(self, scope, receive, send):
         try:
             body = await self._read_body(scope, receive)
         except _ClientGone:
+            return
+        except BodyTimeout:
+            await send_json(send, 408, body_timeout_body(self.body_timeout), [(b"connection", b"close")])
             return
         except LMIError as e:
             # A client that asked to continue has sent nothing yet: answer at once.
@@ -131,9 +174,32 @@ class LMIMiddleware:
             await send_error(send, LMIError("body: a string holds a lone UTF-16 surrogate escape (\\ud800-\\udfff "
                                             "without its pair), which is not text; send valid Unicode", "body", 400))
             return
+        if _custom_invocation_handler():
+            # The user replaced /invocations (mhcs): their handler gets every body as sent.
+            await self.app(scope, _replay(body, receive), send)
+            return
+        fmt = formatters.Formatters()
+        if self.formatters:
+            try:
+                adapter = _requested_adapter(scope, doc)
+                fmt = formatters.pick(self.formatters, adapter)
+                if fmt.input is not None:
+                    doc = formatters.apply_input(fmt, doc, _tokenizer(scope), adapter)
+                    body = json.dumps(doc, ensure_ascii=False).encode()
+                    scope = _with_header(scope, b"content-length", str(len(body)).encode())
+            except LMIError as e:
+                await send_error(send, e)
+                return
         kind = schema.body_kind(doc)
         if kind is None:
             await send_error(send, LMIError(schema.NO_KIND, "body"))
+            return
+        if kind in ("chat", "completion") and (too_big := _int_beyond_64_bits(doc)) is not None:
+            await send_openai_error(send, f"{too_big}: {doc[too_big]} does not fit a 64-bit integer "
+                                    f"(allowed: -2^63 to 2^63-1, and what the field itself allows)", too_big)
+            return
+        if fmt.output is not None and kind in ("lmi", "chat", "completion"):
+            await self._formatted(scope, receive, send, doc, kind, fmt)
             return
         if kind != "lmi":
             if kind in ("chat", "completion"):
@@ -179,7 +245,7 @@ class LMIMiddleware:
                 raise _too_large(int(value), limit)  # before reading a byte of it
         parts, size = [], 0
         while True:
-            message = await receive()
+            message = await receive_within(receive, self.body_timeout)
             if message["type"] == "http.disconnect":
                 raise _ClientGone()
             chunk = message.get("body", b"")
@@ -241,6 +307,120 @@ class LMIMiddleware:
         if self.tgi and not isinstance(out, list):
             out = [out]  # TGI answers a list even for one input
         await send_json(send, 200, json.dumps(out, ensure_ascii=False).encode())
+
+    async def _formatted(self, scope, receive, send, doc: dict, kind: str, fmt: formatters.Formatters) -> None:
+        """The answer the user's output formatter makes from vLLM's answer object, as LMI's vLLM
+        handler makes it: the request is served in-process by vLLM's completion or chat handler and
+        the formatter gets the CompletionResponse / ChatCompletionResponse, or each streamed chunk."""
+        from starlette.requests import Request
+        from starlette.responses import StreamingResponse
+        from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+        from vllm.entrypoints.openai.completion.protocol import CompletionRequest
+        from vllm.entrypoints.serve.engine.protocol import ErrorResponse
+
+        state = scope["app"].state
+        raw_request = Request(scope, receive)
+        try:
+            if kind == "lmi":
+                req = schema.parse(doc)
+                handler = state.openai_serving_completion
+                header = next((v.decode("latin-1") for k, v in scope["headers"] if k == ADAPTER_HEADER), None)
+                adapter = (req.adapters[0] if isinstance(req.adapters, list) else req.adapters) or header
+                fields = translate.to_completion(req, handler.model_config.max_model_len, adapter)
+                try:
+                    creq = CompletionRequest.model_validate(fields)
+                except Exception as e:  # vLLM's own checks on the translated values
+                    raise translate.vllm_error(_first_line(e), getattr(e, "parameter", None), 400) from None
+                call = handler.create_completion
+            else:
+                adapter = _openai_adapter(scope, doc)
+                if adapter:
+                    doc["model"] = adapter
+                chat = kind == "chat"
+                handler = state.openai_serving_chat if chat else state.openai_serving_completion
+                try:
+                    creq = (ChatCompletionRequest if chat else CompletionRequest).model_validate(doc)
+                except Exception as e:  # vLLM's request model: a 400 naming the field, as vLLM answers it
+                    raise LMIError(_first_line(e), _first_field(e), 400) from None
+                call = handler.create_chat_completion if chat else handler.create_completion
+            _check_session(raw_request)
+            result = await _unless_disconnected(call(creq, raw_request), receive)
+            if isinstance(result, ErrorResponse):
+                if kind == "lmi":
+                    raise translate.vllm_error(result.error.message, result.error.param, result.error.code)
+                await send_json(send, result.error.code, result.model_dump_json().encode())
+                return
+            if not hasattr(result, "__aiter__"):
+                await send_json(send, 200, formatters.apply_output(fmt, result))
+                return
+        except _ClientGone:
+            return
+        except LMIError as e:
+            await send_error(send, e)
+            return
+
+        async def formatted_chunks():
+            try:
+                async for chunk in result:
+                    yield formatters.apply_output(fmt, chunk)
+            except LMIError as e:  # mid-stream: one last line naming the failure
+                yield json.dumps({"error": e.message, "code": e.status}).encode() + b"\n"
+
+        body = formatted_chunks()
+        try:
+            await StreamingResponse(body, media_type=stream.MEDIA_TYPE)(scope, receive, send)
+        finally:
+            await body.aclose()
+            await result.aclose()
+
+
+INT64 = (-2**63, 2**63 - 1)
+
+
+def _int_beyond_64_bits(doc: dict) -> str | None:
+    """The first top-level field of an OpenAI body holding an integer that does not fit 64 bits:
+    vLLM passes such a top_k or seed on to the engine, which fails with a 500 naming nothing."""
+    for key, value in doc.items():
+        if isinstance(value, int) and not isinstance(value, bool) and not INT64[0] <= value <= INT64[1]:
+            return key
+    return None
+
+
+async def send_openai_error(send, message: str, param: str | None, status: int = 400) -> None:
+    """An error in vLLM's own shape (OpenAI bodies get vLLM's errors)."""
+    body = {"error": {"message": message, "type": "BadRequestError", "param": param, "code": status}}
+    await send_json(send, status, json.dumps(body).encode())
+
+
+def _custom_invocation_handler() -> bool:
+    """True when the user replaced /invocations through mhcs (CUSTOM_FASTAPI_INVOCATION_HANDLER,
+    @custom_invocation_handler, or custom_sagemaker_invocation_handler in model.py)."""
+    from model_hosting_container_standards.common.handler.registry import handler_registry
+    return handler_registry.has_handler("invoke")
+
+
+def _requested_adapter(scope, doc) -> str | None:
+    """The LoRA adapter a request names: SageMaker's header, else LMI's `adapters` field."""
+    header = next((v.decode("latin-1") for k, v in scope["headers"] if k == ADAPTER_HEADER), None)
+    if header:
+        return header
+    adapters = doc.get("adapters") if isinstance(doc, dict) else None
+    if isinstance(adapters, list) and adapters and isinstance(adapters[0], str):
+        return adapters[0]
+    return adapters if isinstance(adapters, str) else None
+
+
+def _tokenizer(scope):
+    handler = getattr(scope["app"].state, "openai_serving_completion", None)
+    return getattr(getattr(handler, "renderer", None), "tokenizer", None)
+
+
+def _first_field(e: Exception) -> str | None:
+    import pydantic
+    if isinstance(e, pydantic.ValidationError):
+        loc = e.errors(include_url=False)[0]["loc"]
+        return str(loc[0]) if loc else None
+    return None
 
 
 def _too_large(size: int, limit: int, at_least: bool = False) -> LMIError:

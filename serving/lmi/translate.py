@@ -65,6 +65,10 @@ def to_completion(req: LMIRequest, max_model_len: int, adapter: str | None = Non
         if v is not None:
             body[vllm_name] = v
     stops = stop_strings(p)
+    if len(stops) > (limit := max_stop_strings()):
+        field = "parameters.stop" if p.stop else "parameters.stop_sequences"
+        raise LMIError(f"{field}: {len(stops)} stop strings (stop and stop_sequences together); the limit is "
+                       f"{limit} (the engine's VLLM_MAX_STOP_STRINGS)", field)
     if stops:
         body["stop"] = stops
     if p.truncate is not None:
@@ -84,6 +88,12 @@ def to_completion(req: LMIRequest, max_model_len: int, adapter: str | None = Non
     if p.decoder_input_details:
         body["prompt_logprobs"] = 0
     return body
+
+
+def max_stop_strings() -> int:
+    """How many stop strings vLLM's request models accept (VLLM_MAX_STOP_STRINGS, 4 by default)."""
+    import vllm.envs as envs
+    return envs.VLLM_MAX_STOP_STRINGS
 
 
 def finish_reason(reason: str | None, stop_reason: int | str | None) -> str | None:
