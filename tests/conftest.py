@@ -25,11 +25,25 @@ PLANTED_SECRETS = {
 }
 
 
+# (test that started it, seconds from start to /ping 200) of every server the session started
+READY_TIMES: list[tuple[str, float]] = []
+
+
 def start_launcher(tmp: Path, env_extra: dict[str, str] | None = None, args: list[str] | None = None) -> Server:
     """The launcher on a free loopback port, with planted secrets and the hub offline (loopback only)."""
     env = {**PLANTED_SECRETS, "HF_HUB_OFFLINE": "1", **(env_extra or {})}
     # nice: the server under test must not starve the test client (launcher_process.yield_cpu)
-    return launcher_process.start_launcher(tmp, env, args, nice=10)
+    srv = launcher_process.start_launcher(tmp, env, args, nice=10)
+    READY_TIMES.append((os.environ.get("PYTEST_CURRENT_TEST", "?").split(" ")[0], srv.ready_s))
+    return srv
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Each engine server's time to ready: what the suite's engine tests wait for."""
+    if READY_TIMES:
+        terminalreporter.section("engine servers: start to ready")
+        for test, seconds in READY_TIMES:
+            terminalreporter.write_line(f"{seconds:6.1f} s  {test}")
 
 
 @pytest.fixture(scope="session")

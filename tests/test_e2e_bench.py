@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench import e2e_bench
+from conftest import READY_TIMES
 
 ROOT = Path(__file__).resolve().parent.parent
 H200_RUN_3 = ROOT / "bench" / "data" / "h200_engine_3" / "e2e.json"
@@ -30,6 +31,8 @@ def run(tmp_path_factory):
            "--reps", "2", "--waves", "1", "--ready-timeout", "600"]
     p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1200)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    for name, s in json.loads((tmp / "out" / "e2e.json").read_text())["servers"].items():
+        READY_TIMES.append((f"bench.e2e_bench {name}", s["ready_s"] or 0.0))
     return tmp / "out", p.stdout
 
 

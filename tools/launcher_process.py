@@ -29,6 +29,7 @@ class Server:
     proc: subprocess.Popen
     log_path: Path
     model: str
+    ready_s: float = 0.0  # start to /ping 200
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -65,6 +66,7 @@ def start_launcher(tmp: Path, env_extra: dict[str, str] | None = None, args: lis
     })
     env.update(env_extra or {})
     log_path = tmp / f"server-{port}.log"
+    t0 = time.monotonic()
     with open(log_path, "wb") as log:
         command = [str(ROOT / "entrypoint.sh"), "serve", *(args or [])]
         proc = subprocess.Popen((["nice", "-n", str(nice)] if nice else []) + command, stdout=log,
@@ -77,7 +79,7 @@ def start_launcher(tmp: Path, env_extra: dict[str, str] | None = None, args: lis
     except BaseException:
         stop(proc, stop_grace)
         raise
-    return Server(url, proc, log_path, model=env.get("OPTION_MODEL_ID", ""))
+    return Server(url, proc, log_path, model=env.get("OPTION_MODEL_ID", ""), ready_s=time.monotonic() - t0)
 
 
 def yield_cpu(pid: int, nice: int) -> None:
