@@ -54,6 +54,21 @@ def server(tmp_path_factory) -> Server:
     stop(srv.proc)
 
 
+@pytest.fixture(scope="session")
+def adapter_server(tmp_path_factory) -> Server:
+    """The launcher serving tests/adapter_model.py's tiny dense Qwen3 and its LoRA adapters, sticky sessions
+    on (OPTION_ENABLE_STATEFUL_SESSIONS, LMI's name) and a tool-call parser, as LMI's tool-calling test model
+    is configured (option.enable_auto_tool_choice, option.tool_call_parser); shared by the session."""
+    from adapter_model import adapter_model_dir
+
+    mdir = adapter_model_dir(tmp_path_factory.mktemp("adapter-model"))
+    srv = start_launcher(tmp_path_factory.mktemp("adapter-server"), {
+        "SERVING_MODEL_DIR": str(mdir), "OPTION_ENABLE_STATEFUL_SESSIONS": "true",
+        "OPTION_ENABLE_AUTO_TOOL_CHOICE": "true", "OPTION_TOOL_CALL_PARSER": "hermes"})
+    yield srv
+    stop(srv.proc)
+
+
 @pytest.fixture(scope="module")
 def moto_env():
     """A real AWS-compatible server on loopback (moto's server mode) and the environment that points boto3 at it."""
