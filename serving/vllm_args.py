@@ -22,7 +22,7 @@ class _ParseError(Exception):
     pass
 
 
-@functools.cache  # a process builds vLLM's parser once: building it imports and inspects every engine argument
+@functools.cache  # one parser per process: every plan() of a process types its settings with the same one
 def _raising_parser():
     from vllm.entrypoints.launchers.cli_args import make_arg_parser
     from vllm.utils.argparse_utils import FlexibleArgumentParser
