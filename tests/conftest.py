@@ -69,6 +69,29 @@ def adapter_server(tmp_path_factory) -> Server:
     stop(srv.proc)
 
 
+@pytest.fixture
+def launcher_main(monkeypatch, capsys, caplog):
+    """`python -m serving --dry-run` (or --prepare-only) run as the launcher's main() in this process, where the
+    command line is not the subject: run(env, argv, drop) clears the caller's variables starting with `drop`,
+    sets `env`, and gives (exit status, stdout, stderr followed by the log)."""
+    from serving.launcher import main
+
+    def run(env: dict[str, str], argv: list[str], drop: tuple[str, ...] = ("OPTION_", "SM_VLLM_", "HF_")):
+        assert {"--dry-run", "--prepare-only"} & set(argv), "main() would start the engine in the test's process"
+        for k in list(os.environ):
+            if k.startswith(drop):
+                monkeypatch.delenv(k)
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        capsys.readouterr()
+        caplog.clear()
+        with caplog.at_level("INFO"):
+            rc = main(argv)
+        out = capsys.readouterr()
+        return rc, out.out, out.err + caplog.text
+    return run
+
+
 @pytest.fixture(scope="module")
 def moto_env():
     """A real AWS-compatible server on loopback (moto's server mode) and the environment that points boto3 at it."""
