@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 QUIET_PIP := 2> >(grep -v "^WARNING: Location" >&2)
 
-.PHONY: run dry-run test venv image image-test smoke gpu-venv gpu-lock gpu-wheelhouse clean
+.PHONY: run dry-run test test-quick venv image image-test smoke gpu-venv gpu-lock gpu-wheelhouse clean
 
 venv: $(VENV)/.patched
 
@@ -37,6 +37,10 @@ dry-run: venv
 
 test: venv
 	$(PY) -m pytest
+
+# For iteration: every test but those marked engine (the ones that start the real CPU engine). CI runs `make test`.
+test-quick: venv
+	$(PY) -m pytest -m "not engine and not image and not gpu"
 
 # A SageMaker endpoint (README "Deploy to SageMaker"): needs only boto3 and AWS credentials, so it installs
 # requirements/serving.txt alone, not the engine. make deploy ARGS="create my-llm --image ... --dry-run"

@@ -29,8 +29,19 @@ PLANTED_SECRETS = {
 READY_TIMES: list[tuple[str, float]] = []
 
 
+_RUNNING: list[pytest.Item] = []  # the test being set up or run
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    _RUNNING[:] = [item]
+
+
 def start_launcher(tmp: Path, env_extra: dict[str, str] | None = None, args: list[str] | None = None) -> Server:
     """The launcher on a free loopback port, with planted secrets and the hub offline (loopback only)."""
+    # `make test-quick` leaves out the tests marked engine: every test that starts the engine carries the mark
+    item = _RUNNING[0] if _RUNNING else None
+    assert item is None or item.get_closest_marker("engine"), f"{item.nodeid} starts the engine: mark it engine"
     env = {**PLANTED_SECRETS, "HF_HUB_OFFLINE": "1", **(env_extra or {})}
     # nice: the server under test must not starve the test client (launcher_process.yield_cpu)
     srv = launcher_process.start_launcher(tmp, env, args, nice=10)
