@@ -101,7 +101,7 @@ def test_summary_of_a_recorded_run_gives_gpu_time_per_step(recorded):
     """The summary's profile table, from H200 runs 3-6's recorded figures (bench/data/h200_engine_*)."""
     res = json.loads(recorded.read_text())
     md = e2e_bench.summarize(res)
-    results = set((ROOT / "bench" / "RESULTS.md").read_text().splitlines())
+    results = set((ROOT / "bench" / "RESULTS-archive.md").read_text().splitlines())
     profiled = 0
     for model, m in res["models"].items():
         rows = [ln.split("|")[1:-1] for ln in md.splitlines() if ln.startswith(f"| {model} | ") and ln.count("|") == 11]
@@ -117,7 +117,7 @@ def test_summary_of_a_recorded_run_gives_gpu_time_per_step(recorded):
             assert float(cells[4]) == pytest.approx(p["total_gpu_ms"] / e2e_bench.profile_steps(conc, 128), abs=1e-3)
             shares = [float(c.strip().rstrip("%")) for c in cells[5:]]
             assert sum(shares) == pytest.approx(100, abs=0.3)
-        # bench/RESULTS.md "Run 3" to "Run 6" show these rows as the bench prints them
+        # bench/RESULTS-archive.md "Run 3" to "Run 6" show these rows as the bench prints them
         assert all("|".join(["", *cells, ""]) in results for cells in rows)
     assert profiled == (2 if recorded == H200_RUN_5 else 1)
 
@@ -163,8 +163,8 @@ def test_results_pool_runs_3_to_5_as_the_tool_prints():
     from bench import e2e_pool
 
     runs = [json.loads(p.read_text()) for p in (H200_RUN_3, H200_RUN_4, H200_RUN_5)]
-    results = set((ROOT / "bench" / "RESULTS.md").read_text().splitlines())
-    # RESULTS "Run 4" pools runs 3 and 4: the figures both measured (tok/s at 1 and 8 clients, inter-token p50 at 1);
+    results = set((ROOT / "bench" / "RESULTS-archive.md").read_text().splitlines())
+    # RESULTS-archive "Run 4" pools runs 3 and 4: the figures both measured (tok/s at 1 and 8 clients, inter-token p50 at 1);
     # the 235B row only run 3 measured (128 clients) comes out the same when run 6 joins its pool ("Run 6")
     with_run_6 = set(e2e_pool.table([*runs[:2], json.loads(H200_RUN_6.read_text())]))
     shown = [r for r in e2e_pool.table(runs[:2])[2:] if r in results
@@ -172,7 +172,7 @@ def test_results_pool_runs_3_to_5_as_the_tool_prints():
     assert {tuple(c.strip() for c in r.split("|")[2:4]) for r in shown} == \
         {("tok_s", "1"), ("tok_s", "8"), ("itl_p50_ms", "1")}
     assert len(shown) == 6 and all("| 11 |" in r for r in shown)
-    # RESULTS "Run 5" pools all three: every row of the Qwen3-Coder shard, the only model of all three runs
+    # RESULTS-archive "Run 5" pools all three: every row of the Qwen3-Coder shard, the only model of all three runs
     rows = [r for r in e2e_pool.table(runs)[2:] if r.startswith("| qwen3-coder-480b-tp8-tensor |")]
     assert len(rows) == 8 and all(r in results for r in rows)
     assert {r.split("|")[4].strip() for r in rows if r.split("|")[3].strip() == "1"} == {"14"}
@@ -235,7 +235,7 @@ def test_results_pool_the_235b_shard_over_runs_3_4_and_6_as_the_tool_prints():
     from bench import e2e_pool
 
     runs = [json.loads(p.read_text()) for p in (H200_RUN_3, H200_RUN_4, H200_RUN_6)]
-    results = set((ROOT / "bench" / "RESULTS.md").read_text().splitlines())
+    results = set((ROOT / "bench" / "RESULTS-archive.md").read_text().splitlines())
     rows = [r for r in e2e_pool.table(runs)[2:] if r.startswith("| qwen3-235b-tp8-tensor |")]
     assert len(rows) == 8 and all(r in results for r in rows)
 
@@ -358,7 +358,7 @@ def test_run_9_deep_shards_as_recorded_and_as_results_shows_them():
     res = json.loads((ROOT / "bench" / "data" / "h200_engine_9" / "e2e.json").read_text())
     assert {m: r["layers"] for m, r in res["models"].items()} == {
         "qwen3-235b-tp8-tensor@94L": 94, "qwen3-coder-480b-tp8-tensor@40L": 40}
-    results = set((ROOT / "bench" / "RESULTS.md").read_text().splitlines())
+    results = set((ROOT / "bench" / "RESULTS-archive.md").read_text().splitlines())
     rows = [ln for ln in e2e_bench.summarize(res).splitlines() if ln.startswith("| qwen3-")]
     assert len(rows) == 2 * 6 + 4 and all(r in results for r in rows)
     for model in res["models"]:
