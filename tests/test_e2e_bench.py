@@ -8,11 +8,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from bench import e2e_bench
-from conftest import READY_TIMES
+from conftest import READY_TIMES, early, starts_early
 
 ROOT = Path(__file__).resolve().parent.parent
 H200_RUN_3 = ROOT / "bench" / "data" / "h200_engine_3" / "e2e.json"
@@ -27,20 +28,28 @@ CLIENTS = (1, 8)
 TOKENS = 16
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("e2e")
+@starts_early("run")
+def _bench_check(tmp: Path) -> SimpleNamespace:
     stock_site = tmp / "stock-site"  # empty: the stock arm runs vLLM's own server on this venv's vLLM
     stock_site.mkdir()
     cmd = [sys.executable, "-m", "bench.e2e_bench", "--stock-site", str(stock_site), "--models-dir",
            str(tmp / "models"), "--out", str(tmp / "out"), "--work", str(tmp / "work"), "--models", "tiny-cpu",
            "--reps", "2", "--waves", "1", "--ready-timeout", "600", "--in-tokens", str(TOKENS), "--out-tokens",
            str(TOKENS), "--clients", *map(str, CLIENTS)]
-    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1200)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    for name, s in json.loads((tmp / "out" / "e2e.json").read_text())["servers"].items():
+    with open(tmp / "stdout.txt", "wb") as out:  # in a session of its own: stop() ends it and its servers
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    return SimpleNamespace(proc=proc, tmp=tmp)
+
+
+@pytest.fixture(scope="module")
+def run(request):
+    check = early(request, "run")
+    rc = check.proc.wait(1200)
+    stdout = (check.tmp / "stdout.txt").read_text()
+    assert rc == 0, stdout[-6000:]
+    for name, s in json.loads((check.tmp / "out" / "e2e.json").read_text())["servers"].items():
         READY_TIMES.append((f"bench.e2e_bench {name}", s["ready_s"] or 0.0))
-    return tmp / "out", p.stdout
+    return check.tmp / "out", stdout
 
 
 @pytest.mark.engine
