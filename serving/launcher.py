@@ -334,9 +334,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="resolve the settings and fetch the model (s3:// or embedded), then exit without serving")
     ap.add_argument("--healthcheck", action="store_true",
                     help="exit 0 when the server's /ping (on the resolved host and port) answers 200, else 1")
+    ap.add_argument("--list-settings", action="store_true",
+                    help="print the settings table (each setting's names, vLLM flag, default and meaning), then exit")
     args = ap.parse_args(argv)
     if args.healthcheck:
         return healthcheck()
+    if args.list_settings:
+        from .settings import markdown_table
+        print(markdown_table())
+        return ExitCode.OK
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
     try:

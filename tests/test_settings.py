@@ -252,6 +252,13 @@ def test_every_declared_flag_exists_in_installed_vllm(va):
             assert va.flag_for(s.flag.lstrip("-").replace("-", "_")) == s.flag, s.key
 
 
+def test_list_settings_prints_the_table_without_vllm():
+    code = "import sys; from serving.launcher import main; rc = main(['--list-settings']); " \
+           "assert 'vllm' not in sys.modules, 'vllm imported'; sys.exit(rc)"
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert (r.returncode, r.stdout) == (0, markdown_table() + "\n"), r.stderr[-2000:]
+
+
 def test_readme_settings_table_matches_the_settings_model():
     readme = (ROOT / "README.md").read_text()
     assert markdown_table() in readme, "README's settings table is stale: paste serving.settings.markdown_table()"
