@@ -20,6 +20,7 @@ from typing import Mapping
 
 from . import config as cfg
 from .exit_codes import ExitCode
+from .paths import ROOT
 from .settings import Context, Settings, SettingValueError
 
 log = logging.getLogger("serving")
@@ -27,7 +28,6 @@ log = logging.getLogger("serving")
 ENGINE_MODULE = "vllm.entrypoints.openai.api_server"
 # LMI request bodies on /invocations, inside vLLM's own HTTP server (no proxy hop).
 LMI_MIDDLEWARE = "serving.lmi.middleware.LMIMiddleware"
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 # On CPU, "GPU memory" means host RAM, so a fixed KV cache keeps the engine small.
 CPU_DEFAULTS = {"kv_cache_memory_bytes": "268435456"}
@@ -251,7 +251,7 @@ def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
     if s.configs_dir.is_dir() and "VLLM_TUNED_CONFIG_FOLDER" not in env:
         engine_env["VLLM_TUNED_CONFIG_FOLDER"] = str(s.configs_dir)
     # The middleware module must import inside the engine process wherever it was started from.
-    engine_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p)
+    engine_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     return Plan(s, res.entries, argv, engine_env, kind, model_path, notes, s3_url)
 
 

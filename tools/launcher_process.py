@@ -14,7 +14,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from serving.paths import ROOT
+
 
 
 def free_port() -> int:
