@@ -48,7 +48,7 @@ test-quick: venv
 deploy:
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q -r requirements/serving.txt $(QUIET_PIP)
-	$(PY) -m serving.deploy $(ARGS)
+	$(PY) -m endpoint.deploy $(ARGS)
 
 # The GPU image (needs a Docker engine). The labels name the applied patches and the commit.
 image:

@@ -25,10 +25,10 @@ def test_no_module_imports_from_tests():
     assert not bad, bad
 
 
-# The three places the code in serving/ runs. At image build: the patch tooling. On the user's machine: the
-# client tools (boto3). In the container: everything else.
+# The three places the code runs. At image build: the patch tooling. On the user's machine: the client tools
+# (endpoint/, boto3, kept out of the image). In the container: the rest of serving/.
 BUILD_TIME = {"serving.patch_series", "serving.patch_format", "serving.moe_configs", "serving.paths"}
-CLIENT_TOOLS = {"serving.deploy", "serving.deploy_env", "serving.invoke", "serving.stream_reader"}
+CLIENT_TOOLS = {"endpoint"}
 
 
 def _imports(path: Path) -> set[str]:
