@@ -68,7 +68,7 @@ def start_launcher(tmp: Path, env_extra: dict[str, str] | None = None, args: lis
 def pytest_terminal_summary(terminalreporter):
     """Each engine server's time to ready: what the suite's engine tests wait for."""
     if READY_TIMES:
-        terminalreporter.section("engine servers: spawn to ready")
+        terminalreporter.section("engine servers: spawn to ready (an early start's: to its first use, if later)")
         for name, seconds in READY_TIMES:
             terminalreporter.write_line(f"{seconds:6.1f} s  {name}")
 

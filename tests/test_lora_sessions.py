@@ -24,7 +24,7 @@ SESSION_HEADER = "X-Amzn-SageMaker-Session-Id"
 
 
 @pytest.fixture(scope="module")
-def client(client):
+def client(adapter_server):
     with httpx.Client(base_url=adapter_server.url, timeout=120) as c:
         yield c
 
