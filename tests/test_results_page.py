@@ -33,11 +33,10 @@ def test_headline_figures_are_the_recorded_run_9():
 
 def test_index_names_every_run_of_the_archive_and_its_data():
     index = PAGE.split("## Index of runs")[1]
-    engine_runs = re.findall(r"^### Run (\d+) ", ARCHIVE, re.M)
-    assert engine_runs == [str(n) for n in range(2, 10)]  # run 1's heading is "Run 1: ..."
-    assert "### Run 1:" in ARCHIVE
-    for n in range(1, 10):
-        assert f"| engine run {n} |" in index
+    runs = re.findall(r"^### Run (\d+)\b", ARCHIVE, re.M)
+    assert len(runs) >= 9
+    for n in runs:  # each run the archive holds has its row
+        assert f" run {n} |" in index, f"the index lacks run {n}"
     for folder in re.findall(r"`(h200_engine[_0-9]*)/`", index):
         assert (ROOT / "bench" / "data" / folder).is_dir(), folder
     for name in ("kernel run 1", "kernel run 2", "CPU study"):
