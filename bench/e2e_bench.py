@@ -42,9 +42,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from serving.paths import ROOT
 from tools.launcher_process import free_port, stop
 
-ROOT = Path(__file__).resolve().parent.parent
 JIT_WARNING = "JIT compilation during inference"
 THROUGHPUT_CONCURRENCY = (1, 8, 32, 128)
 LATENCY_CONCURRENCY = (1, 32)

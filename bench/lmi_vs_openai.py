@@ -25,9 +25,9 @@ from pathlib import Path
 import httpx
 import psutil
 
+from serving.paths import ROOT
 from tools import launcher_process  # starts/stops the launcher; shared with the tests
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def lmi_body(prompt: str, max_tokens: int) -> dict:

@@ -20,6 +20,7 @@ from typing import Mapping
 
 from . import config as cfg
 from .exit_codes import ExitCode
+from .paths import ROOT
 from .settings import Context, Settings, SettingValueError
 
 log = logging.getLogger("serving")
@@ -27,7 +28,6 @@ log = logging.getLogger("serving")
 ENGINE_MODULE = "vllm.entrypoints.openai.api_server"
 # LMI request bodies on /invocations, inside vLLM's own HTTP server (no proxy hop).
 LMI_MIDDLEWARE = "serving.lmi.middleware.LMIMiddleware"
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 # On CPU, "GPU memory" means host RAM, so a fixed KV cache keeps the engine small.
 CPU_DEFAULTS = {"kv_cache_memory_bytes": "268435456"}
@@ -266,7 +266,7 @@ def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
 def engine_python_path(code_paths: list[str], env: Mapping[str, str]) -> str:
     """The engine's Python path: the project (the middleware imports inside the engine wherever it
     was started from), the user's code and its requirements, then the environment's PYTHONPATH."""
-    return os.pathsep.join(x for x in (str(PROJECT_ROOT), *code_paths, env.get("PYTHONPATH", "")) if x)
+    return os.pathsep.join(x for x in (str(ROOT), *code_paths, env.get("PYTHONPATH", "")) if x)
 
 
 def report(p: Plan) -> list[str]:
@@ -349,9 +349,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="resolve the settings and fetch the model (s3:// or embedded), then exit without serving")
     ap.add_argument("--healthcheck", action="store_true",
                     help="exit 0 when the server's /ping (on the resolved host and port) answers 200, else 1")
+    ap.add_argument("--list-settings", action="store_true",
+                    help="print the settings table (each setting's names, vLLM flag, default and meaning), then exit")
     args = ap.parse_args(argv)
     if args.healthcheck:
         return healthcheck()
+    if args.list_settings:
+        from .settings import markdown_table
+        print(markdown_table())
+        return ExitCode.OK
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
     try:

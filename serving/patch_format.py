@@ -16,7 +16,9 @@ import hashlib
 import re
 from pathlib import Path
 
-DEFAULT_PATCHES_DIR = Path(__file__).resolve().parents[1] / "patches"
+from .paths import PATCHES_DIR
+
+DEFAULT_PATCHES_DIR = PATCHES_DIR
 
 EXIT_FAILED = 1
 EXIT_REFUSED = 2

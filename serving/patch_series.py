@@ -49,9 +49,9 @@ from pathlib import Path
 from .moe_configs import MoEConfigError, find_function, verify_swap_ab
 from .patch_format import (DEFAULT_PATCHES_DIR, EXIT_REFUSED, Hunk, Patch,
                            PatchSeriesError, Series, load_series)
+from .paths import CONFIGS_DIR
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_CONFIGS_DIR = REPO_ROOT / "configs"
+DEFAULT_CONFIGS_DIR = CONFIGS_DIR
 RECORD_NAME = "_lmi_patches.json"
 RECORD_FORMAT = 1
 # Arguments that feed pointer arithmetic keep Triton's divisibility

@@ -20,6 +20,8 @@ from enum import IntEnum
 from pathlib import Path
 from typing import Callable, Mapping
 
+from .paths import CONFIGS_DIR
+
 
 class SettingValueError(ValueError):
     """A value that does not parse; the message says what is allowed."""
@@ -336,7 +338,7 @@ SETTINGS: tuple[Setting, ...] = (
             parse=parse_path, default=Path.home() / ".cache" / "lmi-fp8", default_text="~/.cache/lmi-fp8",
             env=("LMI_CACHE_DIR",), location=True),
     Setting("configs_dir", "Tuned fused-MoE configs handed to vLLM as VLLM_TUNED_CONFIG_FOLDER (unless that is set).",
-            parse=parse_path, default=Path(__file__).resolve().parent.parent / "configs",
+            parse=parse_path, default=CONFIGS_DIR,
             default_text="configs/ beside serving/", env=("LMI_CONFIGS_DIR",), location=True),
     Setting("custom_code_dir", "Where the engine looks for the user's code (model.py, CUSTOM_SCRIPT_FILENAME) "
             "and requirements.txt. Unset: the model's own folder (local, the model directory, or the s3:// "

@@ -8,6 +8,7 @@ itself, so an error names the key before the engine starts loading.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 
 from .settings import SettingValueError, parse_bool
@@ -21,6 +22,7 @@ class _ParseError(Exception):
     pass
 
 
+@functools.cache  # one parser per process: every plan() of a process types its settings with the same one
 def _raising_parser():
     from vllm.entrypoints.launchers.cli_args import make_arg_parser
     from vllm.utils.argparse_utils import FlexibleArgumentParser

@@ -1,13 +1,14 @@
-"""Shared fixtures: one real CPU vLLM engine, started by the launcher, for every HTTP test.
+"""Shared fixtures: the real CPU vLLM engine, started by the launcher, for every HTTP test.
 
-Starting the engine takes about a minute on this machine (the engine's own
-warm-up), so the session shares one server; tests that must break a server
-start their own.
+Starting the engine takes about a minute on this machine (the engine's own warm-up), so the session
+shares its servers and starts them early; tests that must break a server start their own, or end a
+shared one after its other users.
 """
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any, Callable
 
 import pytest
 
@@ -25,19 +26,150 @@ PLANTED_SECRETS = {
 }
 
 
-def start_launcher(tmp: Path, env_extra: dict[str, str] | None = None, args: list[str] | None = None) -> Server:
-    """The launcher on a free loopback port, with planted secrets and the hub offline (loopback only)."""
+# (server, seconds from its spawn to /ping 200) of every server the session started
+READY_TIMES: list[tuple[str, float]] = []
+READY_TIMEOUT_S = 600  # several servers boot side by side on 2 cores while other tests run
+
+_RUNNING: list[pytest.Item] = []  # the test being set up or run
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    _RUNNING[:] = [item]
+
+
+def _check_engine_mark() -> None:
+    # `make test-quick` leaves out the tests marked engine: every test that uses an engine server carries the mark
+    item = _RUNNING[0] if _RUNNING else None
+    assert item is None or item.get_closest_marker("engine"), f"{item.nodeid} uses the engine: mark it engine"
+
+
+def spawn_server(tmp: Path, env_extra: dict[str, str] | None = None, args: list[str] | None = None) -> Server:
+    """The launcher on a free loopback port, with planted secrets and the hub offline (loopback only), not yet
+    ready (await_server waits for it)."""
     env = {**PLANTED_SECRETS, "HF_HUB_OFFLINE": "1", **(env_extra or {})}
     # nice: the server under test must not starve the test client (launcher_process.yield_cpu)
-    return launcher_process.start_launcher(tmp, env, args, nice=10)
+    return launcher_process.spawn_launcher(tmp, env, args, nice=10)
+
+
+def await_server(srv: Server, name: str) -> Server:
+    _check_engine_mark()
+    launcher_process.await_ready(srv, READY_TIMEOUT_S)
+    READY_TIMES.append((name, srv.ready_s))
+    return srv
+
+
+def start_launcher(tmp: Path, env_extra: dict[str, str] | None = None, args: list[str] | None = None) -> Server:
+    """spawn_server, then await_server: a server of the test's own."""
+    _check_engine_mark()
+    return await_server(spawn_server(tmp, env_extra, args), os.environ.get("PYTEST_CURRENT_TEST", "?").split(" ")[0])
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Each engine server's time to ready: what the suite's engine tests wait for."""
+    if READY_TIMES:
+        terminalreporter.section("engine servers: spawn to ready (an early start's: to its first use, if later)")
+        for name, seconds in READY_TIMES:
+            terminalreporter.write_line(f"{seconds:6.1f} s  {name}")
+
+
+# -- early starts --------------------------------------------------------------------------------
+# Starting an engine is most of an engine test's time, and leaves a core idle (the server's processes import
+# one after another). So what the selected tests share is spawned when the session starts and boots while the
+# tests that need no engine run, which go first; the fixtures then wait for it.
+
+EARLY: dict[str, Callable[[Path], Any]] = {}  # fixture name -> its start, fn(tmp) -> an object with .proc
+
+
+def starts_early(fixture: str):
+    """Register fn(tmp) as the early start of `fixture`: made at the session's start when a selected test uses it."""
+    def register(fn):
+        EARLY[fixture] = fn
+        return fn
+    return register
+
+
+@pytest.fixture(scope="session", autouse=True)
+def early_starts(request, tmp_path_factory) -> dict[str, Any]:
+    used = {name for item in request.session.items for name in item.fixturenames}
+    started = {name: fn(tmp_path_factory.mktemp(name)) for name, fn in EARLY.items() if name in used}
+    yield started
+    for obj in started.values():
+        stop(obj.proc)
+
+
+def early(request, name: str) -> Any:
+    """The early start of fixture `name`, or (not started early: e.g. requested dynamically) a start now."""
+    started = request.getfixturevalue("early_starts")
+    if name not in started:
+        started[name] = EARLY[name](request.getfixturevalue("tmp_path_factory").mktemp(name))
+    return started[name]
+
+
+def pytest_collection_modifyitems(items):
+    """The tests that need no engine first (while the early starts boot), then the engine's, and last the tests
+    that end a shared server (marked ends_shared_server), after every other test that uses it."""
+    def group(item) -> int:
+        if item.get_closest_marker("ends_shared_server"):
+            return 2
+        return 1 if item.get_closest_marker("engine") else 0
+    items.sort(key=group)  # stable: file order within each group
+
+
+@starts_early("server")
+def _session_server(tmp: Path) -> Server:
+    return spawn_server(tmp)
 
 
 @pytest.fixture(scope="session")
-def server(tmp_path_factory) -> Server:
-    """The launcher serving the embedded tiny model on the real CPU engine (shared by the session)."""
-    srv = start_launcher(tmp_path_factory.mktemp("server"))
+def server(request) -> Server:
+    """The launcher serving the embedded tiny model on the real CPU engine with every default (shared by the
+    session; tests/test_lmi_engine_death.py kills its engine at the end)."""
+    srv = await_server(early(request, "server"), "server (the session's)")
     yield srv
     stop(srv.proc)
+
+
+@starts_early("adapter_server")
+def _adapter_server(tmp: Path) -> Server:
+    from adapter_model import adapter_model_dir
+
+    mdir = adapter_model_dir(tmp / "model")
+    return spawn_server(tmp, {"SERVING_MODEL_DIR": str(mdir), "OPTION_ENABLE_STATEFUL_SESSIONS": "true",
+                              "OPTION_ENABLE_AUTO_TOOL_CHOICE": "true", "OPTION_TOOL_CALL_PARSER": "hermes"})
+
+
+@pytest.fixture(scope="session")
+def adapter_server(request) -> Server:
+    """The launcher serving tests/adapter_model.py's tiny dense Qwen3 and its LoRA adapters, sticky sessions
+    on (OPTION_ENABLE_STATEFUL_SESSIONS, LMI's name) and a tool-call parser, as LMI's tool-calling test model
+    is configured (option.enable_auto_tool_choice, option.tool_call_parser); shared by the session."""
+    srv = await_server(early(request, "adapter_server"), "adapter_server")
+    yield srv
+    stop(srv.proc)
+
+
+@pytest.fixture
+def launcher_main(monkeypatch, capsys, caplog):
+    """`python -m serving --dry-run` (or --prepare-only) run as the launcher's main() in this process, where the
+    command line is not the subject: run(env, argv, drop) clears the caller's variables starting with `drop`,
+    sets `env`, and gives (exit status, stdout, stderr followed by the log)."""
+    from serving.launcher import main
+
+    def run(env: dict[str, str], argv: list[str], drop: tuple[str, ...] = ("OPTION_", "SM_VLLM_", "HF_")):
+        assert {"--dry-run", "--prepare-only"} & set(argv), "main() would start the engine in the test's process"
+        for k in list(os.environ):
+            if k.startswith(drop):
+                monkeypatch.delenv(k)
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        capsys.readouterr()
+        caplog.clear()
+        with caplog.at_level("INFO"):
+            rc = main(argv)
+        out = capsys.readouterr()
+        return rc, out.out, out.err + caplog.text
+    return run
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""`python -m serving.deploy` with the real boto3 client against moto's server on loopback.
+"""`python -m endpoint.deploy` with the real boto3 client against moto's server on loopback.
 
 moto's server answers CreateModel, CreateEndpointConfig, CreateEndpoint, Describe*, Delete* and
 Application Auto Scaling. Two things it does not do, and how the tests stand in:
@@ -20,7 +20,7 @@ import pytest
 from botocore.awsrequest import AWSResponse
 
 from conftest import PLANTED_SECRET
-from serving import deploy
+from endpoint import deploy
 
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/lmi-fp8-moe:test"
 ROLE = "arn:aws:iam::123456789012:role/sagemaker-exec"
@@ -301,18 +301,18 @@ def test_readme_shows_deploy_invoke_and_delete_and_they_run_dry(capsys):
     import shlex
     from pathlib import Path
 
-    from serving import invoke
+    from endpoint import invoke
 
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     section = readme[readme.index("## Deploy to SageMaker"):readme.index("<!-- deploy:end -->")]
     block = re.search(r"```sh\n(.*?)```", section, re.S).group(1)
     commands = [shlex.split(line) for line in block.splitlines() if line.strip()]
-    assert [c[:3] + c[3:4] for c in commands if c[2] == "serving.deploy"] == [
-        ["python", "-m", "serving.deploy", "create"], ["python", "-m", "serving.deploy", "delete"]]
-    invokes = [c for c in commands if c[2] == "serving.invoke"]
+    assert [c[:3] + c[3:4] for c in commands if c[2] == "endpoint.deploy"] == [
+        ["python", "-m", "endpoint.deploy", "create"], ["python", "-m", "endpoint.deploy", "delete"]]
+    invokes = [c for c in commands if c[2] == "endpoint.invoke"]
     assert ["--stream" in c for c in invokes] == [False, True]
     for c in commands:
-        if c[2] == "serving.deploy":
+        if c[2] == "endpoint.deploy":
             rc, out, err = run(capsys, *c[3:], "--dry-run")
             assert rc == 0, err
         else:

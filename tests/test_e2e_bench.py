@@ -8,10 +8,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from bench import e2e_bench
+from conftest import READY_TIMES, early, starts_early
 
 ROOT = Path(__file__).resolve().parent.parent
 H200_RUN_3 = ROOT / "bench" / "data" / "h200_engine_3" / "e2e.json"
@@ -20,17 +22,34 @@ H200_RUN_5 = ROOT / "bench" / "data" / "h200_engine_5" / "e2e.json"
 H200_RUN_6 = ROOT / "bench" / "data" / "h200_engine_6" / "e2e.json"
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("e2e")
+# The CPU check proves the bench's mechanics, not the CPU's speed: a short workload at two concurrencies
+# (the warm-up pass still covers every one), two repetitions to show the arms alternate.
+CLIENTS = (1, 8)
+TOKENS = 16
+
+
+@starts_early("run")
+def _bench_check(tmp: Path) -> SimpleNamespace:
     stock_site = tmp / "stock-site"  # empty: the stock arm runs vLLM's own server on this venv's vLLM
     stock_site.mkdir()
     cmd = [sys.executable, "-m", "bench.e2e_bench", "--stock-site", str(stock_site), "--models-dir",
            str(tmp / "models"), "--out", str(tmp / "out"), "--work", str(tmp / "work"), "--models", "tiny-cpu",
-           "--reps", "2", "--waves", "1", "--ready-timeout", "600"]
-    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1200)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    return tmp / "out", p.stdout
+           "--reps", "2", "--waves", "1", "--ready-timeout", "600", "--in-tokens", str(TOKENS), "--out-tokens",
+           str(TOKENS), "--clients", *map(str, CLIENTS)]
+    with open(tmp / "stdout.txt", "wb") as out:  # in a session of its own: stop() ends it and its servers
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    return SimpleNamespace(proc=proc, tmp=tmp)
+
+
+@pytest.fixture(scope="module")
+def run(request):
+    check = early(request, "run")
+    rc = check.proc.wait(1200)
+    stdout = (check.tmp / "stdout.txt").read_text()
+    assert rc == 0, stdout[-6000:]
+    for name, s in json.loads((check.tmp / "out" / "e2e.json").read_text())["servers"].items():
+        READY_TIMES.append((f"bench.e2e_bench {name}", s["ready_s"] or 0.0))
+    return check.tmp / "out", stdout
 
 
 @pytest.mark.engine
@@ -40,11 +59,15 @@ def test_both_arms_measured_alternately(run):
     reps = res["models"]["tiny-cpu"]["reps"]
     assert len(reps["stock"]) == len(reps["image"]) == 2
     for r in reps["stock"] + reps["image"]:
-        for c in e2e_bench.THROUGHPUT_CONCURRENCY:
-            assert r["throughput"][str(c)]["tokens"] == r["throughput"][str(c)]["requests"] * 128
-            assert r["throughput"][str(c)]["tok_s"] > 0
-        for c in e2e_bench.LATENCY_CONCURRENCY:
-            assert 0 < r["latency"][str(c)]["ttft_p50_ms"] <= r["latency"][str(c)]["ttft_p99_ms"]
+        assert set(r["throughput"]) == {str(c) for c in e2e_bench.THROUGHPUT_CONCURRENCY if c in CLIENTS}
+        assert set(r["latency"]) == {str(c) for c in e2e_bench.LATENCY_CONCURRENCY if c in CLIENTS} != set()
+        for c, t in r["throughput"].items():
+            assert t["tokens"] == t["requests"] * TOKENS and t["tok_s"] > 0
+        for c, t in r["latency"].items():
+            assert 0 < t["ttft_p50_ms"] <= t["ttft_p99_ms"]
+    every = {str(c) for c in e2e_bench.THROUGHPUT_CONCURRENCY + e2e_bench.LATENCY_CONCURRENCY}
+    for arm in ("stock", "image"):  # the unmeasured warm-up pass: every concurrency's first request
+        assert set(res["models"]["tiny-cpu"]["first_pass"][arm]) == every
     order = [ln.split(" rep ")[1].split(":")[0] for ln in stdout.splitlines() if " rep " in ln]
     assert order == ["0 stock", "0 image", "1 stock", "1 image"]
 
@@ -68,7 +91,8 @@ def test_summary_gives_a_ratio_per_metric(run):
     out, _ = run
     md = (out / "e2e.md").read_text()
     rows = [ln for ln in md.splitlines() if ln.startswith("| tiny-cpu | image |")]
-    assert len(rows) == len(e2e_bench.THROUGHPUT_CONCURRENCY) + 4 * len(e2e_bench.LATENCY_CONCURRENCY)
+    measured = [c for c in e2e_bench.THROUGHPUT_CONCURRENCY if c in CLIENTS]
+    assert len(rows) == len(measured) + 4 * len([c for c in e2e_bench.LATENCY_CONCURRENCY if c in CLIENTS])
     tok1 = next(r for r in rows if "| tok_s | 1 |" in r).split("|")
     assert float(tok1[7]) > 0  # the median image/stock ratio
 
@@ -86,7 +110,7 @@ def test_summary_of_a_recorded_run_gives_gpu_time_per_step(recorded):
     """The summary's profile table, from H200 runs 3-6's recorded figures (bench/data/h200_engine_*)."""
     res = json.loads(recorded.read_text())
     md = e2e_bench.summarize(res)
-    results = set((ROOT / "bench" / "RESULTS.md").read_text().splitlines())
+    results = set((ROOT / "bench" / "RESULTS-archive.md").read_text().splitlines())
     profiled = 0
     for model, m in res["models"].items():
         rows = [ln.split("|")[1:-1] for ln in md.splitlines() if ln.startswith(f"| {model} | ") and ln.count("|") == 11]
@@ -102,7 +126,7 @@ def test_summary_of_a_recorded_run_gives_gpu_time_per_step(recorded):
             assert float(cells[4]) == pytest.approx(p["total_gpu_ms"] / e2e_bench.profile_steps(conc, 128), abs=1e-3)
             shares = [float(c.strip().rstrip("%")) for c in cells[5:]]
             assert sum(shares) == pytest.approx(100, abs=0.3)
-        # bench/RESULTS.md "Run 3" to "Run 6" show these rows as the bench prints them
+        # bench/RESULTS-archive.md "Run 3" to "Run 6" show these rows as the bench prints them
         assert all("|".join(["", *cells, ""]) in results for cells in rows)
     assert profiled == (2 if recorded == H200_RUN_5 else 1)
 
@@ -148,8 +172,8 @@ def test_results_pool_runs_3_to_5_as_the_tool_prints():
     from bench import e2e_pool
 
     runs = [json.loads(p.read_text()) for p in (H200_RUN_3, H200_RUN_4, H200_RUN_5)]
-    results = set((ROOT / "bench" / "RESULTS.md").read_text().splitlines())
-    # RESULTS "Run 4" pools runs 3 and 4: the figures both measured (tok/s at 1 and 8 clients, inter-token p50 at 1);
+    results = set((ROOT / "bench" / "RESULTS-archive.md").read_text().splitlines())
+    # RESULTS-archive "Run 4" pools runs 3 and 4: the figures both measured (tok/s at 1 and 8 clients, inter-token p50 at 1);
     # the 235B row only run 3 measured (128 clients) comes out the same when run 6 joins its pool ("Run 6")
     with_run_6 = set(e2e_pool.table([*runs[:2], json.loads(H200_RUN_6.read_text())]))
     shown = [r for r in e2e_pool.table(runs[:2])[2:] if r in results
@@ -157,7 +181,7 @@ def test_results_pool_runs_3_to_5_as_the_tool_prints():
     assert {tuple(c.strip() for c in r.split("|")[2:4]) for r in shown} == \
         {("tok_s", "1"), ("tok_s", "8"), ("itl_p50_ms", "1")}
     assert len(shown) == 6 and all("| 11 |" in r for r in shown)
-    # RESULTS "Run 5" pools all three: every row of the Qwen3-Coder shard, the only model of all three runs
+    # RESULTS-archive "Run 5" pools all three: every row of the Qwen3-Coder shard, the only model of all three runs
     rows = [r for r in e2e_pool.table(runs)[2:] if r.startswith("| qwen3-coder-480b-tp8-tensor |")]
     assert len(rows) == 8 and all(r in results for r in rows)
     assert {r.split("|")[4].strip() for r in rows if r.split("|")[3].strip() == "1"} == {"14"}
@@ -220,7 +244,7 @@ def test_results_pool_the_235b_shard_over_runs_3_4_and_6_as_the_tool_prints():
     from bench import e2e_pool
 
     runs = [json.loads(p.read_text()) for p in (H200_RUN_3, H200_RUN_4, H200_RUN_6)]
-    results = set((ROOT / "bench" / "RESULTS.md").read_text().splitlines())
+    results = set((ROOT / "bench" / "RESULTS-archive.md").read_text().splitlines())
     rows = [r for r in e2e_pool.table(runs)[2:] if r.startswith("| qwen3-235b-tp8-tensor |")]
     assert len(rows) == 8 and all(r in results for r in rows)
 
@@ -343,7 +367,7 @@ def test_run_9_deep_shards_as_recorded_and_as_results_shows_them():
     res = json.loads((ROOT / "bench" / "data" / "h200_engine_9" / "e2e.json").read_text())
     assert {m: r["layers"] for m, r in res["models"].items()} == {
         "qwen3-235b-tp8-tensor@94L": 94, "qwen3-coder-480b-tp8-tensor@40L": 40}
-    results = set((ROOT / "bench" / "RESULTS.md").read_text().splitlines())
+    results = set((ROOT / "bench" / "RESULTS-archive.md").read_text().splitlines())
     rows = [ln for ln in e2e_bench.summarize(res).splitlines() if ln.startswith("| qwen3-")]
     assert len(rows) == 2 * 6 + 4 and all(r in results for r in rows)
     for model in res["models"]:

@@ -1,4 +1,4 @@
-"""The stream reader and `python -m serving.invoke` against answers of the project's own server.
+"""The stream reader and `python -m endpoint.invoke` against answers of the project's own server.
 
 The recorded answers are real bytes: the `recorded` fixture asks the session's server (the real
 CPU engine serving the tiny model) for a streamed LMI answer and a streamed OpenAI (SSE) answer
@@ -25,8 +25,8 @@ from botocore.eventstream import EventStream
 from botocore.parsers import EventStreamJSONParser
 
 from sagemaker_runtime_proxy import RuntimeProxy, payload_part
-from serving import invoke
-from serving.stream_reader import StreamError, StreamReader, payload_parts
+from endpoint import invoke
+from endpoint.stream_reader import StreamError, StreamReader, payload_parts
 
 pytestmark = pytest.mark.engine
 

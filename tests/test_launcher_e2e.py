@@ -103,24 +103,18 @@ def test_planted_secrets_reach_no_argv_log_or_error_body(server):
     assert not _leaks(log), f"the server log holds {_leaks(log)}"
 
 
-def test_planted_secrets_reach_no_dry_run_or_config_error(tmp_path):
+def test_planted_secrets_reach_no_dry_run_or_config_error(tmp_path, launcher_main):
     """--dry-run's report and command, and a configuration error's line, with every secret planted
     (in the environment and as serving.properties options)."""
-    import os
-    import subprocess
-    import sys
     from conftest import PLANTED_SECRETS
-    root = Path(__file__).resolve().parent.parent
 
     (tmp_path / "serving.properties").write_text("option.hf_token=hf_PLANTEDfromPROPERTIES\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPTION_", "SM_VLLM_", "HF_", "AWS_"))}
-    env.update(PLANTED_SECRETS, SERVING_MODEL_DIR=str(tmp_path), SM_VLLM_API_KEY="sk-PLANTEDviaSMVLLM")
+    env = {**PLANTED_SECRETS, "SERVING_MODEL_DIR": str(tmp_path), "SM_VLLM_API_KEY": "sk-PLANTEDviaSMVLLM"}
     outs = []
     for extra, rc in [({}, 0), ({"OPTION_MAX_MODEL_LEN": "lots"}, 2)]:
-        r = subprocess.run([sys.executable, "-m", "serving", "--dry-run"], cwd=root, env={**env, **extra},
-                           capture_output=True, text=True, timeout=300)
-        assert r.returncode == rc, r.stderr[-2000:]
-        outs.append(r.stdout + r.stderr)
+        got, out, err = launcher_main({**env, **extra}, ["--dry-run"], drop=("OPTION_", "SM_VLLM_", "HF_", "AWS_"))
+        assert got == rc, err[-2000:]
+        outs.append(out + err)
     assert "setting api_key=****" in outs[0] and "setting hf_token=****" in outs[0]
     assert "max_model_len" in outs[1]
     text = "\n".join(outs)

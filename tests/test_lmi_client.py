@@ -14,9 +14,9 @@ editing the client:
   same headers and bodies, and every answer must be 200 (awscurl's check only fails a run whose
   every request failed).
 
-One server serves a tiny dense Qwen3 (tests/test_lora_sessions.py makes it) with two LoRA adapters
-in its adapters/ folder, sticky sessions on (OPTION_ENABLE_STATEFUL_SESSIONS, LMI's name) and a
-tool-call parser, as LMI's own tool-calling test configures it. TGI-compat streaming, the client's
+The session's adapter server (tests/conftest.py) serves a tiny dense Qwen3 with two LoRA adapters in
+its adapters/ folder (tests/adapter_model.py), sticky sessions on (OPTION_ENABLE_STATEFUL_SESSIONS,
+LMI's name) and a tool-call parser, as LMI's own tool-calling test configures it. TGI-compat streaming, the client's
 tgi_client.py, runs in tests/test_stream_clients.py against the tgi_compat server there.
 """
 from __future__ import annotations
@@ -32,8 +32,7 @@ import httpx
 import pytest
 import requests
 
-from conftest import start_launcher, stop
-from test_lora_sessions import make_dense_model, make_lora
+from adapter_model import ADAPTERS
 
 pytestmark = pytest.mark.engine
 
@@ -45,7 +44,6 @@ UPSTREAM_SHA256 = {
     "tgi_client.py": "5c5c495670240709edd9caa7c24d95a1e11942cbbb62d1c58b28bf45a9c5d630",
 }
 LMI_ADDRESS = "http://127.0.0.1:8080"
-ADAPTERS = ["alpha", "beta"]
 MODEL = "tiny-dense"
 
 # Our model's entries in the client's spec tables, in LMI's own format (batch_size: concurrency of
@@ -155,42 +153,14 @@ def _load_client(base: str, seen: _Recorder):
     return client
 
 
-def printable_dense_model(out: Path) -> Path:
-    """tests/test_lora_sessions.py's tiny dense Qwen3, its output head made to write printable ASCII
-    as the embedded model's is: LMI's client compares generated texts, and skips empty ones."""
-    from safetensors.torch import load_file, save_file
-
-    from serving.tiny_model import _printable_output_head, default_model_dir, ensure
-
-    mdir = make_dense_model(out, ensure(default_model_dir()))
-    weights = mdir / "model.safetensors"
-    state = load_file(weights)
-    _printable_output_head(state["lm_head.weight"])
-    save_file(state, weights, metadata={"format": "pt"})
-    return mdir
-
-
 @pytest.fixture(scope="module")
-def lmi_server(tmp_path_factory):
-    mdir = printable_dense_model(tmp_path_factory.mktemp("model"))
-    for seed, name in enumerate(ADAPTERS):
-        make_lora(mdir / "adapters" / name, mdir, seed=seed)
-    srv = start_launcher(tmp_path_factory.mktemp("lmi-client"), {
-        "SERVING_MODEL_DIR": str(mdir), "OPTION_ENABLE_STATEFUL_SESSIONS": "true",
-        # LMI's tool-calling test model configuration: option.enable_auto_tool_choice, option.tool_call_parser
-        "OPTION_ENABLE_AUTO_TOOL_CHOICE": "true", "OPTION_TOOL_CALL_PARSER": "hermes"})
-    yield srv
-    stop(srv.proc)
-
-
-@pytest.fixture(scope="module")
-def lmi(lmi_server):
+def lmi(adapter_server):
     """The client module, pointed at the server; the root logger as it was afterwards (the client
     sets it to INFO and adds a stdout handler when imported)."""
     root = logging.getLogger()
     level, handlers = root.level, list(root.handlers)
     seen = _Recorder()
-    client = _load_client(lmi_server.url, seen)
+    client = _load_client(adapter_server.url, seen)
     client.seen = seen
     yield client
     for h in root.handlers[:]:
@@ -241,7 +211,7 @@ def test_lmi_client_check_passes(lmi, seen, handler, model, load):
             assert streamed_base == unary_base and streamed_adapters == unary_adapters
 
 
-def test_streamed_list_of_inputs(lmi, lmi_server):
+def test_streamed_list_of_inputs(lmi, adapter_server):
     """A streamed list, read with the client's own response check and text extraction: one line per
     token per input, `index` naming the input, as LMI's vLLM handler streams a list prompt."""
     inputs = lmi.batch_generation(4)
@@ -259,9 +229,9 @@ def test_streamed_list_of_inputs(lmi, lmi_server):
     assert lmi.extract_generated_text(json.dumps(last)) == unary[3]["generated_text"]
 
 
-def test_prompt_over_the_context_gets_424_then_the_server_serves(lmi, lmi_server):
+def test_prompt_over_the_context_gets_424_then_the_server_serves(lmi, adapter_server):
     too_long = "word " * 1000  # the tiny tokenizer makes about one token per character: over 2048
-    r = httpx.post(lmi_server.url + "/invocations", json={"inputs": too_long,
+    r = httpx.post(adapter_server.url + "/invocations", json={"inputs": too_long,
                                                           "parameters": {"max_new_tokens": 16}}, timeout=120)
     assert r.status_code == lmi.FAILED_DEPENDENCY_CODE, r.text
     assert r.json()["field"] == "inputs"

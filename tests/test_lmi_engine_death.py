@@ -1,7 +1,8 @@
 """When an engine process dies under load, /ping stops saying healthy, every stream in flight
 ends (no client hangs), and the container exits non-zero within a stated bound.
 
-Each test needs its own server (it gets killed), started by the launcher like the container does.
+Each test kills a server started by the launcher like the container does: at TP=1 the session's own
+server, after every other test that uses it; at TP=2 a server of its own.
 """
 from __future__ import annotations
 
@@ -101,8 +102,9 @@ def _named(procs, *names):
     return found
 
 
-def test_engine_death_under_load_exits_nonzero_promptly(tmp_path):
-    srv = start_launcher(tmp_path)
+@pytest.mark.ends_shared_server
+def test_engine_death_under_load_exits_nonzero_promptly(server):
+    srv = server  # every default, as the container starts; this test runs last of its users
     try:
         assert _ping(srv.url) == 200
         rc, elapsed, pings, streams = _kill_mid_load(srv, lambda ps: _named(ps, "EngineCore")[0], EXIT_BOUND_S)

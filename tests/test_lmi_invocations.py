@@ -12,6 +12,8 @@ import time
 import httpx
 import pytest
 
+pytestmark = pytest.mark.engine
+
 PROMPT = "Deep learning is"
 N = 12
 

@@ -76,19 +76,16 @@ def test_single_archive_is_a_clear_error(bucket, tmp_path, url):
         download(url, tmp_path / "dl")
 
 
-def test_launcher_fetches_an_s3_model_before_start(bucket, s3_env, tmp_path):
+def test_launcher_fetches_an_s3_model_before_start(bucket, s3_env, tmp_path, launcher_main):
     """`python -m serving --prepare-only` with model_id=s3://...: the launcher downloads, secrets stay out of logs."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPTION_", "SM_VLLM_", "HF_"))}
-    env.update(s3_env)
-    env.update({"SERVING_MODEL_DIR": str(tmp_path / "none"), "OPTION_MODEL_ID": "s3://models/tiny/",
-                "SERVING_DOWNLOAD_DIR": str(tmp_path / "dl")})
-    r = subprocess.run([sys.executable, "-m", "serving", "--prepare-only"], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
+    rc, out, err = launcher_main({**s3_env, "SERVING_MODEL_DIR": str(tmp_path / "none"),
+                                  "OPTION_MODEL_ID": "s3://models/tiny/", "SERVING_DOWNLOAD_DIR": str(tmp_path / "dl")},
+                                 ["--prepare-only"])
+    assert rc == 0, err[-3000:]
     assert (tmp_path / "dl" / "model.safetensors").stat().st_size == (bucket["src"] / "model.safetensors").stat().st_size
-    assert "download of s3://models/tiny/ complete" in r.stderr
-    assert "LoRA adapters: ad (chosen per request" in r.stderr  # found in the download, served by the engine
-    assert "SECRET" not in r.stdout + r.stderr
+    assert "download of s3://models/tiny/ complete" in err
+    assert "LoRA adapters: ad (chosen per request" in err  # found in the download, served by the engine
+    assert "SECRET" not in out + err
 
 
 def test_launcher_exits_non_zero_on_an_empty_prefix(bucket, s3_env, tmp_path):

@@ -1,7 +1,7 @@
 """The settings model: every convention's names, precedence, typing, pass-through, errors, masking.
 
 These call the launcher's planning code with the installed vLLM's real argument
-parser; the dry-run tests run `python -m serving --dry-run` as users would.
+parser; one dry run runs `python -m serving --dry-run` as users would, the others call its main().
 """
 from __future__ import annotations
 
@@ -252,6 +252,13 @@ def test_every_declared_flag_exists_in_installed_vllm(va):
             assert va.flag_for(s.flag.lstrip("-").replace("-", "_")) == s.flag, s.key
 
 
+def test_list_settings_prints_the_table_without_vllm():
+    code = "import sys; from serving.launcher import main; rc = main(['--list-settings']); " \
+           "assert 'vllm' not in sys.modules, 'vllm imported'; sys.exit(rc)"
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert (r.returncode, r.stdout) == (0, markdown_table() + "\n"), r.stderr[-2000:]
+
+
 def test_readme_settings_table_matches_the_settings_model():
     readme = (ROOT / "README.md").read_text()
     assert markdown_table() in readme, "README's settings table is stale: paste serving.settings.markdown_table()"
@@ -275,12 +282,13 @@ def test_dry_run_prints_sources_and_the_exact_command(tmp_path):
     assert last[1:3] == ["-m", "vllm.entrypoints.openai.api_server"] and "--max-num-seqs" in last
 
 
-def test_bad_value_stops_with_exit_2_and_one_line(tmp_path):
-    r = _dry_run({"OPTION_MAX_NUM_SEQS": "lots", "HF_TOKEN": "hf_NOTPRINTED"}, tmp_path)
-    assert r.returncode == 2
-    errors = [l for l in r.stderr.splitlines() if l.startswith("configuration error")]
+def test_bad_value_stops_with_exit_2_and_one_line(tmp_path, launcher_main):
+    rc, out, err = launcher_main({"SERVING_MODEL_DIR": str(tmp_path), "OPTION_MAX_NUM_SEQS": "lots",
+                                  "HF_TOKEN": "hf_NOTPRINTED"}, ["--dry-run"])
+    assert rc == 2
+    errors = [l for l in err.splitlines() if l.startswith("configuration error")]
     assert errors == ["configuration error: max_num_seqs from env OPTION_MAX_NUM_SEQS: 'lots' is not an integer"]
-    assert "NOTPRINTED" not in r.stdout + r.stderr
+    assert "NOTPRINTED" not in out + err
 
 
 # -- precedence, context defaults, the typed settings object -------------------------------------

@@ -5,11 +5,12 @@ TGI-compatible streams, and LMI-jsonlines streams for OpenAI bodies (output_form
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import httpx
 import pytest
 
-from conftest import start_launcher, stop
+from conftest import await_server, early, spawn_server, starts_early, stop
 
 pytestmark = pytest.mark.engine
 
@@ -73,10 +74,14 @@ def test_line_iterator_reads_openai_sse_split_anywhere(server, greedy):
 
 # -- a server with LMI's tgi_compat and output_formatter=jsonlines ---------------------------------
 
+@starts_early("compat")
+def _compat_server(tmp: Path):
+    return spawn_server(tmp, {"OPTION_TGI_COMPAT": "true", "OPTION_OUTPUT_FORMATTER": "jsonlines"})
+
+
 @pytest.fixture(scope="module")
-def compat(tmp_path_factory):
-    srv = start_launcher(tmp_path_factory.mktemp("compat"), {"OPTION_TGI_COMPAT": "true",
-                                                               "OPTION_OUTPUT_FORMATTER": "jsonlines"})
+def compat(request):
+    srv = await_server(early(request, "compat"), "compat")
     yield srv
     stop(srv.proc)
 

@@ -29,6 +29,7 @@ import tarfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+# Run as a script by the system python3 (`python3 tools/gpu_wheelhouse.py`), where serving.paths is not importable.
 ROOT = Path(__file__).resolve().parent.parent
 REQ = ROOT / "requirements"
 LOCKS = (REQ / "gpu.lock", REQ / "smoke.lock")

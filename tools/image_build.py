@@ -46,8 +46,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from serving.patch_format import load_series
+from serving.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 BASE_IMAGE = "localhost/lmi-base:bookworm"
 TEST_IMAGE = "localhost/lmi-fp8-moe:cpu-test"
 GPU_TEST_IMAGE = "localhost/lmi-fp8-moe:gpu-test"

@@ -14,7 +14,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from serving.paths import ROOT
+
 
 
 def free_port() -> int:
@@ -29,6 +30,8 @@ class Server:
     proc: subprocess.Popen
     log_path: Path
     model: str
+    started: float = 0.0  # time.monotonic() at spawn
+    ready_s: float = 0.0  # spawn to /ping 200
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -50,9 +53,10 @@ def wait_ready(url: str, proc: subprocess.Popen, log_path: Path, timeout: float 
     raise RuntimeError(f"server not ready after {timeout}s:\n{log_path.read_text()[-4000:]}")
 
 
-def start_launcher(tmp: Path, env_extra: dict[str, str] | None = None, args: list[str] | None = None,
-                   timeout: float = 420, stop_grace: float = 30, nice: int = 0) -> Server:
-    """Run ./entrypoint.sh serve with no model directory (the embedded model unless env_extra names one).
+def spawn_launcher(tmp: Path, env_extra: dict[str, str] | None = None, args: list[str] | None = None,
+                   nice: int = 0) -> Server:
+    """Run ./entrypoint.sh serve with no model directory (the embedded model unless env_extra names one), without
+    waiting for it: await_ready does.
 
     nice > 0 runs the server's whole session at that lower CPU priority (see yield_cpu)."""
     port = free_port()
@@ -65,19 +69,31 @@ def start_launcher(tmp: Path, env_extra: dict[str, str] | None = None, args: lis
     })
     env.update(env_extra or {})
     log_path = tmp / f"server-{port}.log"
+    started = time.monotonic()
     with open(log_path, "wb") as log:
         command = [str(ROOT / "entrypoint.sh"), "serve", *(args or [])]
         proc = subprocess.Popen((["nice", "-n", str(nice)] if nice else []) + command, stdout=log,
                                 stderr=subprocess.STDOUT, env=env, start_new_session=True)
     if nice:
         yield_cpu(proc.pid, nice)
-    url = f"http://127.0.0.1:{port}"
+    return Server(f"http://127.0.0.1:{port}", proc, log_path, model=env.get("OPTION_MODEL_ID", ""), started=started)
+
+
+def await_ready(srv: Server, timeout: float = 420, stop_grace: float = 30) -> Server:
+    """Wait for a spawned server's /ping 200 (stopping it if it fails), and record its time to ready."""
     try:
-        wait_ready(url, proc, log_path, timeout)
+        wait_ready(srv.url, srv.proc, srv.log_path, timeout)
     except BaseException:
-        stop(proc, stop_grace)
+        stop(srv.proc, stop_grace)
         raise
-    return Server(url, proc, log_path, model=env.get("OPTION_MODEL_ID", ""))
+    srv.ready_s = srv.ready_s or time.monotonic() - srv.started
+    return srv
+
+
+def start_launcher(tmp: Path, env_extra: dict[str, str] | None = None, args: list[str] | None = None,
+                   timeout: float = 420, stop_grace: float = 30, nice: int = 0) -> Server:
+    """spawn_launcher, then await_ready."""
+    return await_ready(spawn_launcher(tmp, env_extra, args, nice), timeout, stop_grace)
 
 
 def yield_cpu(pid: int, nice: int) -> None:

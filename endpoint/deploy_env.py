@@ -13,8 +13,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .config import ConfigError, read_properties
-from .settings import BY_ENV, BY_FLAG, BY_KEY, Setting, SettingValueError, looks_secret, to_environment
+from serving.config import ConfigError, read_properties
+from serving.settings import BY_ENV, BY_FLAG, BY_KEY, Setting, SettingValueError, looks_secret, to_environment
 
 # Settings the container must not take from a deployment: SageMaker sends traffic to 0.0.0.0:8080.
 NOT_DEPLOYABLE = {"port": "SageMaker sends requests to port 8080", "host": "SageMaker needs 0.0.0.0"}
@@ -78,7 +78,7 @@ class Environment:
                     "the container at start (vLLM is not installed here)" for name, key in self.passthrough.items()]
         import difflib
 
-        from .vllm_args import VllmArgs
+        from serving.vllm_args import VllmArgs
 
         vllm = VllmArgs()
         for name, key in self.passthrough.items():

@@ -1,9 +1,9 @@
 """Create, update and delete a SageMaker real-time endpoint serving this image (boto3).
 
-    python -m serving.deploy create my-llm --image URI --role ARN --model-data s3://bucket/model/ \\
+    python -m endpoint.deploy create my-llm --image URI --role ARN --model-data s3://bucket/model/ \\
         --properties serving.properties -o tensor_parallel_degree=max --secret-env HF_TOKEN
-    python -m serving.deploy update my-llm ...   # same flags: a new model and config, then UpdateEndpoint
-    python -m serving.deploy delete my-llm
+    python -m endpoint.deploy update my-llm ...   # same flags: a new model and config, then UpdateEndpoint
+    python -m endpoint.deploy delete my-llm
     ... --dry-run                                # print the exact API requests, send none
 
 Settings reach the container as environment variables named by the settings table
@@ -27,9 +27,10 @@ import sys
 import time
 from dataclasses import dataclass
 
-from .config import ConfigError
+from serving.config import ConfigError
+from serving.settings import looks_secret
+
 from .deploy_env import MASK, Environment, build_environment
-from .settings import looks_secret
 
 VARIANT = "AllTraffic"
 SCALABLE_DIMENSION = "sagemaker:variant:DesiredInstanceCount"
@@ -90,7 +91,7 @@ def check_name(name: str, what: str = "endpoint name") -> str:
 
 def check_model_data(url: str) -> str:
     """An uncompressed S3 prefix; SageMaker copies every object under it into /opt/ml/model."""
-    from .s3 import ARCHIVE_SUFFIXES, S3SourceError, S3Url
+    from serving.s3 import ARCHIVE_SUFFIXES, S3SourceError, S3Url
 
     try:
         u = S3Url.parse(url)
@@ -438,7 +439,7 @@ def _in_range(lo: int, hi: int, what: str):
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m serving.deploy",
+    ap = argparse.ArgumentParser(prog="python -m endpoint.deploy",
                                  description="Create, update or delete a SageMaker endpoint serving this image. "
                                  "AWS credentials and region come from boto3's usual sources.")
     sub = ap.add_subparsers(dest="command", required=True)

@@ -1,12 +1,12 @@
 """Send a request to a SageMaker endpoint serving this image and print the answer's text.
 
-    python -m serving.invoke my-llm "What is deep learning?"                  # LMI body
-    python -m serving.invoke my-llm "What is deep learning?" --stream         # tokens as they arrive
-    python -m serving.invoke my-llm "Hello" --api chat --max-tokens 64        # OpenAI chat body
-    python -m serving.invoke my-llm --body '{"inputs": "Hi", "parameters": {"max_new_tokens": 8}}'
+    python -m endpoint.invoke my-llm "What is deep learning?"                  # LMI body
+    python -m endpoint.invoke my-llm "What is deep learning?" --stream         # tokens as they arrive
+    python -m endpoint.invoke my-llm "Hello" --api chat --max-tokens 64        # OpenAI chat body
+    python -m endpoint.invoke my-llm --body '{"inputs": "Hi", "parameters": {"max_new_tokens": 8}}'
 
 Plain requests use InvokeEndpoint; --stream uses InvokeEndpointWithResponseStream and reads
-the PayloadPart bytes with serving.stream_reader.StreamReader. Exit status: 0 when the answer
+the PayloadPart bytes with endpoint.stream_reader.StreamReader. Exit status: 0 when the answer
 is complete, 1 when the endpoint answered an error (before or during the stream), 2 for bad
 arguments. Credentials, region and endpoint URL come from boto3 (AWS_ENDPOINT_URL included).
 """
@@ -78,7 +78,7 @@ def _client_error(e) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m serving.invoke", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m endpoint.invoke", description=__doc__.split("\n\n")[0])
     ap.add_argument("endpoint", help="the SageMaker endpoint name")
     ap.add_argument("prompt", nargs="?", help="the prompt (or give --body)")
     ap.add_argument("--api", choices=("lmi", "completion", "chat"), default="lmi",

@@ -10,7 +10,7 @@ raises StreamError with the message, as it does for an exception event of the st
 (ModelStreamError, InternalStreamFailure).
 
     import boto3
-    from serving.stream_reader import StreamReader, payload_parts
+    from endpoint.stream_reader import StreamReader, payload_parts
 
     resp = boto3.client("sagemaker-runtime").invoke_endpoint_with_response_stream(
         EndpointName="my-llm", ContentType="application/json",

@@ -1,0 +1,43 @@
+"""bench/RESULTS.md, the figures on one page: short, opening with the headline, its engine figures those of the
+recorded run, its index naming every run the archive holds and data that exists."""
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from pathlib import Path
+
+from bench import e2e_bench
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGE = (ROOT / "bench" / "RESULTS.md").read_text()
+ARCHIVE = (ROOT / "bench" / "RESULTS-archive.md").read_text()
+
+
+def test_page_is_short_and_opens_with_the_headline():
+    assert len(PAGE.splitlines()) <= 150
+    sections = re.findall(r"^## (.+)$", PAGE, re.M)
+    assert sections == ["Headline", "Goals", "What ships and why", "Method and caveats", "Reproduce", "Index of runs"]
+
+
+def test_headline_figures_are_the_recorded_run_9():
+    res = json.loads((ROOT / "bench" / "data" / "h200_engine_9" / "e2e.json").read_text())
+    headline = PAGE.split("## Goals")[0]
+    for model in ("qwen3-235b-tp8-tensor@94L", "qwen3-coder-480b-tp8-tensor@40L"):
+        for clients in ("1", "8"):
+            ratios = e2e_bench.paired_ratios([res], model, "throughput", "tok_s", clients)
+            assert f"{statistics.median(ratios):.3f}x" in headline, (model, clients)
+        one = e2e_bench.paired_ratios([res], model, "throughput", "tok_s", "1")
+        assert 1.192 <= round(min(one), 3) and round(max(one), 3) <= 1.208  # "every paired ratio within 1.192-1.208"
+
+
+def test_index_names_every_run_of_the_archive_and_its_data():
+    index = PAGE.split("## Index of runs")[1]
+    runs = re.findall(r"^### Run (\d+)\b", ARCHIVE, re.M)
+    assert len(runs) >= 9
+    for n in runs:  # each run the archive holds has its row
+        assert f" run {n} |" in index, f"the index lacks run {n}"
+    for folder in re.findall(r"`(h200_engine[_0-9]*)/`", index):
+        assert (ROOT / "bench" / "data" / folder).is_dir(), folder
+    for name in ("kernel run 1", "kernel run 2", "CPU study"):
+        assert f"| {name} |" in index
