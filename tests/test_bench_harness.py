@@ -65,12 +65,23 @@ def test_shipped_configs_reproduce_from_the_raw_runs(tmp_path):
         assert (tmp_path / name).read_bytes() == (CONFIGS / name).read_bytes(), name
 
 
-def test_results_tables_are_the_report_of_the_raw_runs():
-    r = run("-m", "bench.moe.report", "--bench", str(DATA / "bench_b5.json"),
-            "--jit", str(DATA / "jit_j5q.json"), str(DATA / "jit_j5d.json"))
+# each report command of bench/RESULTS-archive.md: (bench, jit runs under bench/data/, shapes or None), and how
+# many table rows it prints at least
+REPORTS = (
+    ("bench_b5.json", ("jit_j5q.json", "jit_j5d.json"), None, 100),
+    ("h200_block_10/bench_bblock.json", (), "qwen3-235b-ep8,qwen3-coder-480b-ep8,deepseek-v3-ep8,qwen3-coder-480b-tp4",
+     60),
+    ("h200_block_10/bench_btp4.json", (), None, 15),
+)
+
+
+@pytest.mark.parametrize("bench,jit,shapes,min_rows", REPORTS, ids=["tp8-runs-1-2", "block-run-10", "block-run-10-tp4"])
+def test_results_tables_are_the_report_of_the_raw_runs(bench, jit, shapes, min_rows):
+    args = ["--bench", str(DATA / bench)] + (["--jit", *(str(DATA / j) for j in jit)] if jit else [])
+    r = run("-m", "bench.moe.report", *args, *(["--shapes", shapes] if shapes else []))
     assert r.returncode == 0, r.stderr
     rows = [line for line in r.stdout.splitlines() if line.startswith("|")]
-    assert len(rows) > 100
+    assert len(rows) > min_rows
     results = set((ROOT / "bench" / "RESULTS-archive.md").read_text().splitlines())
     missing = [row for row in rows if row not in results]
     assert not missing, f"bench/RESULTS-archive.md lacks {len(missing)} table rows of the report, e.g. {missing[0]}"
