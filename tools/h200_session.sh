@@ -20,8 +20,8 @@
 # come back only from the call that copies them, and a machine idle for 30 s goes back with them (run 8).
 #
 # The parts come from: tools/gpu_wheelhouse.py download --dest W --skip <what the host has>;
-# tools/gpu_wheelhouse.py pack --src W --parts .stage --size 52M (each part travels with the tree,
-# 64 MiB a call).
+# tools/gpu_wheelhouse.py pack --src W --parts .stage --size 48M (each part travels with the tree, 64 MiB a call
+# in all: with the 11 MB tree a 54M part is refused).
 set -uo pipefail
 STAGE=${STAGE:-/root/stage}
 WH=${WH:-/root/wheelhouse}
