@@ -66,6 +66,9 @@ def spawn_launcher(tmp: Path, env_extra: dict[str, str] | None = None, args: lis
         "OPTION_HOST": "127.0.0.1",
         "OPTION_PORT": str(port),
         "VLLM_CPU_OMP_THREADS_BIND": "auto",
+        # sticky sessions in a folder of this server's own: servers of one host would otherwise share
+        # /dev/shm/sagemaker_sessions, where one server's session bookkeeping removes another's sessions
+        "OPTION_SESSIONS_PATH": str(tmp / f"sessions-{port}"),
     })
     env.update(env_extra or {})
     log_path = tmp / f"server-{port}.log"
