@@ -27,7 +27,6 @@ SHAPES = {
     "qwen3-coder-480b-tp4": dict(E=160, topk=8, H=6144, N=640, block=[128, 128]),
 }
 
-
 TP8_SHAPES = ["qwen3-235b-tp8", "qwen3-coder-480b-tp8", "mixtral-8x7b-tp8", "deepseek-v3-tp8"]
 
 
