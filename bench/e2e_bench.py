@@ -105,6 +105,11 @@ IMAGE_ARM_OPTIONS = {
     "image-vllm-topk": {"OPTION_MOE_ONE_PASS_TOPK": "false"},
 }
 MEASURED_ARMS = ("stock", "image", "image-stock-order", "image-vllm-quant", "image-vllm-topk")
+# Block FP8: the linear layers on vLLM's prebuilt CUTLASS block-scaled kernel in both arms, so that only the MoE
+# path differs. vLLM's default there is FlashInfer's DeepGEMM kernel, which the image builds with nvcc at start and
+# stock follows with DeepGEMM's JIT warm-up of 512 shapes (H200 run 2: 42-48 minutes by its own estimate), beyond
+# one session's device time.
+BLOCK_FP8_ENGINE_ARGS = (("linear-backend", "cutlass"),)
 MODELS = (
     Model("qwen3-235b-tp8-tensor", "qwen3-235b-a22b-tp8", "tensor",
           ("stock", "image", "image-vllm-quant", "image-vllm-topk", "stock-debug")),
@@ -112,21 +117,15 @@ MODELS = (
     # the one case where the routing patch changes stock's backend.
     Model("qwen3-235b-tp8-static", "qwen3-235b-a22b-tp8", "static",
           ("stock", "image", "image-stock-order", "stock-no-nvcc")),
-    # Block FP8: the linear layers on vLLM's prebuilt CUTLASS block-scaled kernel in both arms, so that
-    # only the MoE path differs. vLLM's default there is FlashInfer's DeepGEMM kernel, which the image
-    # builds with nvcc at start and stock follows with DeepGEMM's JIT warm-up of 512 shapes (H200 run 2:
-    # 42-48 minutes by its own estimate), beyond one session's device time.
-    Model("deepseek-v3-tp8-block", "deepseek-v3-tp8", "block", engine_args=(("linear-backend", "cutlass"),)),
+    Model("deepseek-v3-tp8-block", "deepseek-v3-tp8", "block", engine_args=BLOCK_FP8_ENGINE_ARGS),
     Model("qwen3-coder-480b-tp8-tensor", "qwen3-coder-480b-a35b-tp8", "tensor",
           ("stock", "image", "image-vllm-quant", "image-vllm-topk")),
     # The official block-FP8 checkpoints as vLLM's recipes deploy them: one expert-parallel rank, or one TP4 rank.
-    Model("qwen3-235b-ep8-block", "qwen3-235b-a22b-ep8", "block", engine_args=(("linear-backend", "cutlass"),)),
-    Model("qwen3-coder-480b-ep8-block", "qwen3-coder-480b-a35b-ep8", "block",
-          engine_args=(("linear-backend", "cutlass"),)),
-    Model("deepseek-v3-ep8-block", "deepseek-v3-ep8", "block", engine_args=(("linear-backend", "cutlass"),)),
-    Model("qwen3-235b-tp4-block", "qwen3-235b-a22b-tp4", "block", engine_args=(("linear-backend", "cutlass"),)),
-    Model("qwen3-coder-480b-tp4-block", "qwen3-coder-480b-a35b-tp4", "block",
-          engine_args=(("linear-backend", "cutlass"),)),
+    Model("qwen3-235b-ep8-block", "qwen3-235b-a22b-ep8", "block", engine_args=BLOCK_FP8_ENGINE_ARGS),
+    Model("qwen3-coder-480b-ep8-block", "qwen3-coder-480b-a35b-ep8", "block", engine_args=BLOCK_FP8_ENGINE_ARGS),
+    Model("deepseek-v3-ep8-block", "deepseek-v3-ep8", "block", engine_args=BLOCK_FP8_ENGINE_ARGS),
+    Model("qwen3-235b-tp4-block", "qwen3-235b-a22b-tp4", "block", engine_args=BLOCK_FP8_ENGINE_ARGS),
+    Model("qwen3-coder-480b-tp4-block", "qwen3-coder-480b-a35b-tp4", "block", engine_args=BLOCK_FP8_ENGINE_ARGS),
 )
 # The embedded bf16 tiny model: a check of this script itself on the CPU engine (--models tiny-cpu).
 CPU_CHECK = Model("tiny-cpu", "", "")

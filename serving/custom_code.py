@@ -33,6 +33,8 @@ REQUIREMENTS_FILE = "requirements.txt"
 WHEEL_FOLDER = "requirements"           # wheels beside requirements.txt (AWS's vLLM image's layout)
 DEFAULT_SCRIPT = "model.py"             # mhcs's default CUSTOM_SCRIPT_FILENAME
 MODEL_PATH_ENV = "SAGEMAKER_MODEL_PATH"  # where mhcs looks for the script in the engine
+# LMI's layout: LoRA adapters in <model>/adapters/<name>/ (adapter_config.json + weights, and optionally
+# the adapter's own model.py), also when the model comes from S3 (they are downloaded with it).
 ADAPTERS_FOLDER = "adapters"
 COMPAT_DIR = Path(__file__).resolve().parent / "djl_compat"  # LMI's djl_python formatter names
 PIP_TIMEOUT_S = 1800
@@ -61,16 +63,21 @@ class CustomCode:
         return paths
 
 
+def adapter_scripts(folder: Path) -> list[Path]:
+    """model.py of each adapter in the folder's adapters/, by adapter name."""
+    return sorted(p for p in (folder / ADAPTERS_FOLDER).glob(f"*/{DEFAULT_SCRIPT}") if p.is_file())
+
+
 def scripts_in(folder: Path, script: str = DEFAULT_SCRIPT) -> list[Path]:
     """The script (model.py, or CUSTOM_SCRIPT_FILENAME) of the folder and model.py of each adapter."""
-    out = []
     main = folder / script
-    if main.is_file():
-        out.append(main)
-    adapters = folder / ADAPTERS_FOLDER
-    if adapters.is_dir():
-        out += sorted(p for p in adapters.glob(f"*/{DEFAULT_SCRIPT}") if p.is_file())
-    return out
+    return ([main] if main.is_file() else []) + adapter_scripts(folder)
+
+
+def one_line(e: BaseException) -> str:
+    """An exception as `Type: first line of its message` (the type alone when it has no message)."""
+    text = str(e).splitlines()[0] if str(e) else ""
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
 # -- requirements.txt --------------------------------------------------------------------------
@@ -184,7 +191,7 @@ def script_failure(path: Path, e: BaseException) -> str:
         what = f"missing module {e.name!r}"
         hint = f"; add the package that provides it to {REQUIREMENTS_FILE} beside the script"
     else:
-        what = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".rstrip(": ")
+        what = one_line(e)
     return f"custom code: {path}{at} does not import: {what}{hint}"
 
 

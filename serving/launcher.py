@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Mapping
 
 from . import config as cfg
+from . import custom_code
 from .exit_codes import ExitCode
 from .paths import ROOT
 from .settings import Context, Settings, SettingValueError
@@ -102,9 +103,6 @@ def _model(res: cfg.Resolution) -> tuple[str, str, str | None]:
     return "hub", mid, None
 
 
-# LMI's layout: LoRA adapters in <model>/adapters/<name>/ (adapter_config.json + weights), also
-# when the model comes from S3 (they are downloaded with it).
-ADAPTERS_FOLDER = "adapters"
 DEFAULT_MAX_LORA_RANK = 16  # vLLM's
 
 
@@ -117,7 +115,7 @@ class Adapter:
 
 def find_adapters(model_path: str) -> dict[str, Adapter]:
     """{adapter name: Adapter} for the LoRA adapters in the model's adapters/ folder."""
-    root = Path(model_path) / ADAPTERS_FOLDER
+    root = Path(model_path) / custom_code.ADAPTERS_FOLDER
     out: dict[str, Adapter] = {}
     if not root.is_dir():
         return out
@@ -144,7 +142,7 @@ def context_defaults(kind: str, user: cfg.Resolution, env: Mapping[str, str],
     themselves."""
     out = []
     if adapters:
-        why = f"LoRA adapters in the model's {ADAPTERS_FOLDER}/"
+        why = f"LoRA adapters in the model's {custom_code.ADAPTERS_FOLDER}/"
         if "enable_lora" not in user.entries:
             out.append(cfg.ContextDefault("enable_lora", "true", why))
         if "lora_modules" not in user.entries:
@@ -251,7 +249,6 @@ def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
             engine_env[r.setting.engine_env] = ("1" if v else "0") if isinstance(v, bool) else str(v)
     if s.configs_dir.is_dir() and "VLLM_TUNED_CONFIG_FOLDER" not in env:
         engine_env["VLLM_TUNED_CONFIG_FOLDER"] = str(s.configs_dir)
-    from . import custom_code
     folder = custom_code.code_folder(s.custom_code_dir, kind, model_path, s.model_dir)
     engine_env[custom_code.MODEL_PATH_ENV] = str(folder)  # where mhcs looks for model.py in the engine
     found = [f.name for f in (folder / custom_code.REQUIREMENTS_FILE,) if f.is_file()]
@@ -387,11 +384,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"configuration error: {e}", file=sys.stderr)
             return ExitCode.CONFIG_ERROR
         log.info("%s", next(n for n in p.notes if n.startswith("LoRA adapters")))
-    from .custom_code import CustomCodeError, prepare
     try:
-        code = prepare(p.code_folder, p.settings.custom_script_filename, p.settings.cache_dir, p.env,
+        code = custom_code.prepare(p.code_folder, p.settings.custom_script_filename, p.settings.cache_dir, p.env,
                        p.settings.install_requirements)
-    except CustomCodeError as e:
+    except custom_code.CustomCodeError as e:
         print(f"configuration error: {e}", file=sys.stderr)
         return ExitCode.CONFIG_ERROR
     if code.requirements_dir is not None:

@@ -25,13 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from ..custom_code import adapter_scripts, one_line
 from .errors import LMIError
 
 log = logging.getLogger("vllm.lmi")
-
-ADAPTERS_FOLDER = "adapters"
-ADAPTER_SCRIPT = "model.py"
-
 
 @dataclass(frozen=True)
 class Formatters:
@@ -68,12 +65,10 @@ def load(env=os.environ) -> dict[str | None, Formatters]:
         f = _from_module(SageMakerFunctionLoader.get_function_loader().load_module_from_file(str(script)), script)
         if f:
             out[None] = f
-    adapters = folder / ADAPTERS_FOLDER
-    if adapters.is_dir():
-        for path in sorted(adapters.glob(f"*/{ADAPTER_SCRIPT}")):
-            f = _from_module(FunctionLoader([str(path.parent)]).load_module_from_file(str(path)), path)
-            if f:
-                out[path.parent.name] = f
+    for path in adapter_scripts(folder):
+        f = _from_module(FunctionLoader([str(path.parent)]).load_module_from_file(str(path)), path)
+        if f:
+            out[path.parent.name] = f
     for name, f in out.items():
         log.info("LMI formatters of %s (%s): input %s, output %s", "the model" if name is None else f"adapter {name}",
                  f.script, _name(f.input), _name(f.output))
@@ -98,7 +93,7 @@ def apply_input(f: Formatters, doc: Any, tokenizer, adapter: str | None) -> dict
         out = fn(doc, tokenizer=tokenizer, adapter_name=adapter)
     except Exception as e:  # the user's code may raise anything
         log.warning("input formatter %s failed", _name(fn), exc_info=True)
-        raise LMIError(f"body: the input formatter {_name(fn)} ({f.script}) raised {_one_line(e)}", "body") from None
+        raise LMIError(f"body: the input formatter {_name(fn)} ({f.script}) raised {one_line(e)}", "body") from None
     if not isinstance(out, dict):
         raise LMIError(f"body: the input formatter {_name(fn)} ({f.script}) returned {type(out).__name__}; it must "
                        "return a dict with inputs, prompt or messages", "body")
@@ -111,7 +106,7 @@ def apply_output(f: Formatters, answer: Any) -> bytes:
         out = fn(answer)
     except Exception as e:  # the user's code may raise anything
         log.warning("output formatter %s failed", _name(fn), exc_info=True)
-        raise LMIError(f"the output formatter {_name(fn)} ({f.script}) raised {_one_line(e)}") from None
+        raise LMIError(f"the output formatter {_name(fn)} ({f.script}) raised {one_line(e)}") from None
     return to_bytes(out, fn, f.script)
 
 
@@ -127,8 +122,3 @@ def to_bytes(out: Any, fn, script: str) -> bytes:
     except (TypeError, ValueError):
         raise LMIError(f"the output formatter {_name(fn)} ({script}) returned {type(out).__name__}, which is not "
                        "str, bytes or JSON") from None
-
-
-def _one_line(e: Exception) -> str:
-    text = str(e).splitlines()[0] if str(e) else ""
-    return f"{type(e).__name__}: {text}" if text else type(e).__name__

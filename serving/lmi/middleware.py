@@ -269,7 +269,7 @@ class LMIMiddleware:
         if handler is None:
             raise LMIError("inputs: this model does not generate text, so LMI bodies cannot be served; "
                            "use the body kind its task takes", "inputs")
-        header_adapter = next((v.decode("latin-1") for k, v in scope["headers"] if k == ADAPTER_HEADER), None)
+        header_adapter = _adapter_header(scope)
         body_adapter = req.adapters[0] if isinstance(req.adapters, list) else req.adapters
         if header_adapter and body_adapter and header_adapter != body_adapter:
             raise LMIError(f"adapters: {body_adapter!r} differs from the X-Amzn-SageMaker-Adapter-Identifier header "
@@ -324,7 +324,7 @@ class LMIMiddleware:
             if kind == "lmi":
                 req = schema.parse(doc)
                 handler = state.openai_serving_completion
-                header = next((v.decode("latin-1") for k, v in scope["headers"] if k == ADAPTER_HEADER), None)
+                header = _adapter_header(scope)
                 adapter = (req.adapters[0] if isinstance(req.adapters, list) else req.adapters) or header
                 fields = translate.to_completion(req, handler.model_config.max_model_len, adapter)
                 try:
@@ -399,9 +399,14 @@ def _custom_invocation_handler() -> bool:
     return handler_registry.has_handler("invoke")
 
 
+def _adapter_header(scope) -> str | None:
+    """The LoRA adapter SageMaker's adapter header names, if the request has the header."""
+    return next((v.decode("latin-1") for k, v in scope["headers"] if k == ADAPTER_HEADER), None)
+
+
 def _requested_adapter(scope, doc) -> str | None:
     """The LoRA adapter a request names: SageMaker's header, else LMI's `adapters` field."""
-    header = next((v.decode("latin-1") for k, v in scope["headers"] if k == ADAPTER_HEADER), None)
+    header = _adapter_header(scope)
     if header:
         return header
     adapters = doc.get("adapters") if isinstance(doc, dict) else None
@@ -513,7 +518,7 @@ def _openai_adapter(scope, doc: dict) -> str | None:
     handler reads it: with LMI's field `adapters` (removed from the body; null: not given; a list:
     the same name for each entry) or with OpenAI's `model` when that names a served adapter. Names
     that disagree with each other or with the header, and unknown names in `adapters`, get 424."""
-    header = next((v.decode("latin-1") for k, v in scope["headers"] if k == ADAPTER_HEADER), None)
+    header = _adapter_header(scope)
     models = getattr(scope["app"].state, "openai_serving_models", None)
     known = getattr(models, "lora_requests", None) or {}
     asked: list[tuple[str, str]] = []
