@@ -6,6 +6,7 @@ smoke tests and the engine benchmark of the patched MoE path.
 
     python -m serving.tiny_model --out DIR [--layers 2] [--hidden 256] [--experts 8] [--fp8 [tensor|static|block]]
     python -m serving.tiny_model --out DIR --preset qwen3-235b-a22b-tp8 --layers 4 --fp8 tensor
+    python -m serving.tiny_model --out DIR ... --reuse   # keep DIR when it already holds that model
 
 A preset gives the layer dimensions one GPU of a real deployment sees, with random weights and
 reduced depth (`--layers`), served at TP=1:
@@ -409,6 +410,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fp8", nargs="?", const="tensor", default=None, choices=FP8_SCHEMES,
                    help="write an FP8 (float8_e4m3fn) checkpoint: tensor (default), static or block")
     p.add_argument("--direct-init", action="store_true", help="fill weights tensor by tensor (fast; presets do)")
+    p.add_argument("--reuse", action="store_true",
+                   help="leave the output folder as it is when it already holds this model (its tiny_model.json)")
     a = p.parse_args(argv)
     given = {k: getattr(a, k) for k in dims if getattr(a, k) is not None}
     if a.fp8:
@@ -422,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
             spec.check_tp(a.tp_friendly)
     except ValueError as e:
         p.error(str(e))
-    out = make(a.out or default_model_dir(), spec)
+    out = (ensure if a.reuse else make)(a.out or default_model_dir(), spec)
     print(out)
     return 0
 

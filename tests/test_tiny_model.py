@@ -44,6 +44,16 @@ def test_ensure_reuses_an_identical_model(bf16_model):
     assert (bf16_model / "model.safetensors").stat().st_mtime_ns == stamp
 
 
+def test_command_line_reuse_keeps_an_identical_model(bf16_model):
+    """--reuse (the engine bench's models, kept between runs): the same spec leaves the folder as it is."""
+    stamp = (bf16_model / "model.safetensors").stat().st_mtime_ns
+    r = subprocess.run([sys.executable, "-m", "serving.tiny_model", "--out", str(bf16_model), "--layers", "1",
+                        "--reuse"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(bf16_model)
+    assert (bf16_model / "model.safetensors").stat().st_mtime_ns == stamp
+
+
 def test_fp8_checkpoint_format(tmp_path):
     import torch
     from safetensors.torch import load_file
