@@ -13,7 +13,7 @@ from typing import Any, Callable
 import pytest
 
 from tools import launcher_process
-from tools.launcher_process import Server, free_port, stop, wait_ready  # noqa: F401  (re-exported for tests)
+from tools.launcher_process import Server, free_port, stop  # noqa: F401  (re-exported for tests)
 
 # Planted secrets: no log, argv, error message or error body may show them (tests/test_launcher_e2e.py).
 PLANTED_SECRET = "hf_PLANTEDsecretVALUE123"

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import free_port, wait_ready
 from tools import image_build as ib
+from tools.launcher_process import Server, free_port, require_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -75,7 +75,7 @@ def container(image, tmp_path_factory):
     c.t0 = t0
     c.started = time.time()
     try:
-        wait_ready(c.url, c.proc, c.log_path, timeout=600)
+        require_ready(Server(c.url, c.proc, c.log_path, started=time.monotonic()), timeout=600)
     except BaseException:
         c.stop()
         c.remove()

@@ -1,21 +1,23 @@
-"""Start and stop the launcher (./entrypoint.sh serve -> the real engine) on a free loopback port.
+"""Start, wait for and stop servers on a free loopback port: the launcher (./entrypoint.sh serve -> the real
+engine), or any command that serves /ping (the engine bench's stock vLLM arms).
 
-Shared by the tests' fixtures (tests/conftest.py) and the load generator
-(bench/lmi_vs_openai.py); no pytest here, so a plain script can import it.
+Shared by the tests' fixtures (tests/conftest.py), the load generators (bench/lmi_vs_openai.py, bench/load.py) and
+the engine bench (bench/e2e); no pytest here, so a plain script can import it.
 """
 from __future__ import annotations
 
+import http.client
 import os
 import signal
 import socket
 import subprocess
 import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
+from urllib.parse import urlsplit
 
 from serving.paths import ROOT
-
 
 
 def free_port() -> int:
@@ -29,28 +31,78 @@ class Server:
     url: str
     proc: subprocess.Popen
     log_path: Path
-    model: str
+    model: str = ""
     started: float = 0.0  # time.monotonic() at spawn
-    ready_s: float = 0.0  # spawn to /ping 200
+    ready_s: float = 0.0  # spawn to /ping 200 (0 until then)
+    name: str = ""  # what progress lines and reports call it
+    failed: str | None = None  # why it will not serve: "exited with N", "not ready by the deadline"
+
+    @property
+    def host(self) -> str:
+        return urlsplit(self.url).netloc
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
 
-def wait_ready(url: str, proc: subprocess.Popen, log_path: Path, timeout: float = 420) -> None:
-    """Poll /ping (bounded) until 200; fail with the server's log tail if it dies or times out."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}:\n{log_path.read_text()[-4000:]}")
-        try:
-            with urllib.request.urlopen(url + "/ping", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(1)
-    raise RuntimeError(f"server not ready after {timeout}s:\n{log_path.read_text()[-4000:]}")
+def spawn(command: list[str], env: dict[str, str], log_path: Path, port: int, *, name: str = "", model: str = "",
+          cwd: Path | None = None, nice: int = 0) -> Server:
+    """Start a server's command, its output into log_path, in a session of its own (stop() ends the server and
+    every process it started), without waiting for it: wait_ready does.
+
+    nice > 0 runs the server's whole session at that lower CPU priority (see yield_cpu)."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen((["nice", "-n", str(nice)] if nice else []) + command, stdout=log,
+                                stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True)
+    if nice:
+        yield_cpu(proc.pid, nice)
+    return Server(f"http://127.0.0.1:{port}", proc, log_path, model=model, started=started, name=name)
+
+
+def answers_ping(srv: Server) -> bool:
+    """One GET /ping: True on 200 (http.client, not urllib: no proxy variable of the host can reroute loopback)."""
+    conn = http.client.HTTPConnection(srv.host, timeout=2)
+    try:
+        conn.request("GET", "/ping")
+        return conn.getresponse().status == 200
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        conn.close()
+
+
+def wait_ready(servers: list[Server], timeout: float, report: Callable[[str], None] | None = None) -> None:
+    """Poll each server's /ping until every one answers 200 or has failed, recording its ready_s or why it
+    failed: its process exited, or it was not ready `timeout` seconds from now (servers that start together
+    share the deadline). `report` gets a line on each server's outcome (a failure's with its log tail)."""
+    end = time.monotonic() + timeout
+    while waiting := [s for s in servers if not s.ready_s and s.failed is None]:
+        for s in waiting:
+            if s.proc.poll() is not None:
+                s.failed = f"exited with {s.proc.returncode}"
+            elif answers_ping(s):
+                s.ready_s = time.monotonic() - s.started
+                if report:
+                    report(f"{s.name}: ready after {s.ready_s:.0f} s")
+                continue
+            elif time.monotonic() >= end:
+                s.failed = "not ready by the deadline"
+            else:
+                continue
+            if report:
+                report(f"{s.name}: {s.failed}; log tail:\n{s.log()[-2500:]}")
+        if any(not s.ready_s and s.failed is None for s in servers):
+            time.sleep(1)
+
+
+def require_ready(srv: Server, timeout: float = 420) -> Server:
+    """wait_ready for one server; RuntimeError with its log tail if it fails."""
+    wait_ready([srv], timeout)
+    if srv.failed:
+        raise RuntimeError(f"server {srv.failed} (waited up to {timeout:.0f} s):\n{srv.log()[-4000:]}")
+    return srv
 
 
 def spawn_launcher(tmp: Path, env_extra: dict[str, str] | None = None, args: list[str] | None = None,
@@ -71,26 +123,17 @@ def spawn_launcher(tmp: Path, env_extra: dict[str, str] | None = None, args: lis
         "OPTION_SESSIONS_PATH": str(tmp / f"sessions-{port}"),
     })
     env.update(env_extra or {})
-    log_path = tmp / f"server-{port}.log"
-    started = time.monotonic()
-    with open(log_path, "wb") as log:
-        command = [str(ROOT / "entrypoint.sh"), "serve", *(args or [])]
-        proc = subprocess.Popen((["nice", "-n", str(nice)] if nice else []) + command, stdout=log,
-                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    if nice:
-        yield_cpu(proc.pid, nice)
-    return Server(f"http://127.0.0.1:{port}", proc, log_path, model=env.get("OPTION_MODEL_ID", ""), started=started)
+    command = [str(ROOT / "entrypoint.sh"), "serve", *(args or [])]
+    return spawn(command, env, tmp / f"server-{port}.log", port, model=env.get("OPTION_MODEL_ID", ""), nice=nice)
 
 
 def await_ready(srv: Server, timeout: float = 420, stop_grace: float = 30) -> Server:
     """Wait for a spawned server's /ping 200 (stopping it if it fails), and record its time to ready."""
     try:
-        wait_ready(srv.url, srv.proc, srv.log_path, timeout)
+        return require_ready(srv, timeout)
     except BaseException:
         stop(srv.proc, stop_grace)
         raise
-    srv.ready_s = srv.ready_s or time.monotonic() - srv.started
-    return srv
 
 
 def start_launcher(tmp: Path, env_extra: dict[str, str] | None = None, args: list[str] | None = None,

@@ -1,0 +1,72 @@
+"""tools/launcher_process.py's server handling, shared by the tests, the load generators and the engine bench:
+spawn, wait_ready (servers started together, one deadline), require_ready, stop. Plain processes, no engine."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tools.launcher_process import Server, free_port, require_ready, spawn, stop, wait_ready
+
+
+def _spawn(tmp_path: Path, name: str, command: list[str]) -> Server:
+    port = free_port()
+    return spawn([c.format(port=port) for c in command], dict(os.environ), tmp_path / "logs" / f"{name}.log", port,
+                 name=name, cwd=tmp_path)
+
+
+def _ping_server(tmp_path: Path, name: str) -> Server:
+    """A server that answers GET /ping 200: Python's file server over a folder holding a file named ping."""
+    (tmp_path / "ping").write_text("ok")
+    return _spawn(tmp_path, name, [sys.executable, "-m", "http.server", "{port}", "--bind", "127.0.0.1"])
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"  # exited, not yet reaped
+    except FileNotFoundError:
+        return True
+
+
+def test_servers_started_together_get_their_outcome_each(tmp_path):
+    ok = _ping_server(tmp_path, "ok")
+    dead = _spawn(tmp_path, "dead", ["sh", "-c", "echo engine failed; exit 3"])
+    slow = _spawn(tmp_path, "slow", ["sleep", "60"])
+    lines: list[str] = []
+    try:
+        wait_ready([ok, dead, slow], timeout=4, report=lines.append)
+    finally:
+        for s in (ok, dead, slow):
+            stop(s.proc, grace=5)
+    assert ok.ready_s > 0 and ok.failed is None
+    assert dead.failed == "exited with 3" and not dead.ready_s
+    assert slow.failed == "not ready by the deadline" and not slow.ready_s
+    assert f"ok: ready after {ok.ready_s:.0f} s" in lines
+    assert any(ln.startswith("dead: exited with 3; log tail:") and "engine failed" in ln for ln in lines)
+    assert ok.host == ok.url.removeprefix("http://")
+
+
+def test_require_ready_raises_with_the_log_tail(tmp_path):
+    dead = _spawn(tmp_path, "dead", ["sh", "-c", "echo no GPU found; exit 1"])
+    with pytest.raises(RuntimeError, match="(?s)server exited with 1.*no GPU found"):
+        require_ready(dead, timeout=10)
+
+
+def test_stop_ends_the_servers_whole_session(tmp_path):
+    # a child of the server (as the engine core is the launcher's) goes with it
+    srv = _spawn(tmp_path, "parent", ["sh", "-c", "sleep 60 & echo $! > child.tmp && mv child.tmp child; wait"])
+    for _ in range(100):
+        if (tmp_path / "child").exists():
+            break
+        time.sleep(0.05)
+    child = int((tmp_path / "child").read_text())
+    stop(srv.proc, grace=5)
+    assert srv.proc.poll() is not None
+    for _ in range(50):
+        if _gone(child):
+            break
+        time.sleep(0.1)
+    assert _gone(child), "the server's child outlived stop()"
