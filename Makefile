@@ -87,7 +87,7 @@ GPU_PY := $(GPU_VENV)/bin/python
 smoke: gpu-venv
 	SMOKE_REQUIRE_GPU=1 SERVING_PYTHON=$(abspath $(GPU_PY)) $(GPU_PY) -m pytest -m gpu -s tests/test_gpu_smoke.py
 
-# The GPU venv alone (the runtime and the series), e.g. for bench/e2e_bench.py's --image-python.
+# The GPU venv alone (the runtime and the series), e.g. for python -m bench.e2e's --image-python.
 gpu-venv:
 	test -x $(GPU_PY) || $(PYTHON) -m venv $(GPU_VENV)
 	rm -rf $(GPU_VENV)/host-site && mkdir -p $(GPU_VENV)/host-site

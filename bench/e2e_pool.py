@@ -1,4 +1,4 @@
-"""Pool the paired image/stock ratios of several recorded engine runs (bench/e2e_bench.py's e2e.json).
+"""Pool the paired image/stock ratios of several recorded engine runs (the e2e.json of python -m bench.e2e).
 
 A paired ratio is a repetition's image figure over the stock figure measured just before it on the same
 host, so ratios from runs on different hosts can be pooled where the absolute figures cannot.
@@ -13,7 +13,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from bench.e2e_bench import paired_ratios
+from bench.e2e.report import paired_ratios
 
 METRICS = (("throughput", "tok_s"), ("latency", "ttft_p50_ms"), ("latency", "itl_p50_ms"))
 
@@ -35,7 +35,7 @@ def table(runs: list[dict]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.e2e_pool", description=__doc__.split("\n\n")[0])
-    p.add_argument("runs", nargs="+", type=Path, help="e2e.json files of bench/e2e_bench.py")
+    p.add_argument("runs", nargs="+", type=Path, help="e2e.json files of python -m bench.e2e")
     a = p.parse_args(argv)
     print("\n".join(table([json.loads(f.read_text()) for f in a.runs])))
     return 0

@@ -1,4 +1,4 @@
-"""bench/e2e_bench.py itself, on the CPU engine: its tiny-cpu check starts both arms, measures them in
+"""The engine bench (bench/e2e) itself, on the CPU engine: its tiny-cpu check starts both arms, measures them in
 turn and writes the figures (the H200 runs use the same code with the FP8 models); and its summary of
 a recorded H200 run."""
 from __future__ import annotations
@@ -12,7 +12,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from bench import e2e_bench
+from bench.e2e import cli, models, report, servers, traces, workload
+from bench.e2e.config import Config
 from conftest import READY_TIMES, early, starts_early
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,7 +33,7 @@ TOKENS = 16
 def _bench_check(tmp: Path) -> SimpleNamespace:
     stock_site = tmp / "stock-site"  # empty: the stock arm runs vLLM's own server on this venv's vLLM
     stock_site.mkdir()
-    cmd = [sys.executable, "-m", "bench.e2e_bench", "--stock-site", str(stock_site), "--models-dir",
+    cmd = [sys.executable, "-m", "bench.e2e", "--stock-site", str(stock_site), "--models-dir",
            str(tmp / "models"), "--out", str(tmp / "out"), "--work", str(tmp / "work"), "--models", "tiny-cpu",
            "--reps", "2", "--waves", "1", "--ready-timeout", "600", "--in-tokens", str(TOKENS), "--out-tokens",
            str(TOKENS), "--clients", *map(str, CLIENTS)]
@@ -48,7 +49,7 @@ def run(request):
     stdout = (check.tmp / "stdout.txt").read_text()
     assert rc == 0, stdout[-6000:]
     for name, s in json.loads((check.tmp / "out" / "e2e.json").read_text())["servers"].items():
-        READY_TIMES.append((f"bench.e2e_bench {name}", s["ready_s"] or 0.0))
+        READY_TIMES.append((f"bench.e2e {name}", s["ready_s"] or 0.0))
     return check.tmp / "out", stdout
 
 
@@ -59,13 +60,13 @@ def test_both_arms_measured_alternately(run):
     reps = res["models"]["tiny-cpu"]["reps"]
     assert len(reps["stock"]) == len(reps["image"]) == 2
     for r in reps["stock"] + reps["image"]:
-        assert set(r["throughput"]) == {str(c) for c in e2e_bench.THROUGHPUT_CONCURRENCY if c in CLIENTS}
-        assert set(r["latency"]) == {str(c) for c in e2e_bench.LATENCY_CONCURRENCY if c in CLIENTS} != set()
+        assert set(r["throughput"]) == {str(c) for c in workload.THROUGHPUT_CONCURRENCY if c in CLIENTS}
+        assert set(r["latency"]) == {str(c) for c in workload.LATENCY_CONCURRENCY if c in CLIENTS} != set()
         for c, t in r["throughput"].items():
             assert t["tokens"] == t["requests"] * TOKENS and t["tok_s"] > 0
         for c, t in r["latency"].items():
             assert 0 < t["ttft_p50_ms"] <= t["ttft_p99_ms"]
-    every = {str(c) for c in e2e_bench.THROUGHPUT_CONCURRENCY + e2e_bench.LATENCY_CONCURRENCY}
+    every = {str(c) for c in workload.THROUGHPUT_CONCURRENCY + workload.LATENCY_CONCURRENCY}
     for arm in ("stock", "image"):  # the unmeasured warm-up pass: every concurrency's first request
         assert set(res["models"]["tiny-cpu"]["first_pass"][arm]) == every
     order = [ln.split(" rep ")[1].split(":")[0] for ln in stdout.splitlines() if " rep " in ln]
@@ -91,17 +92,17 @@ def test_summary_gives_a_ratio_per_metric(run):
     out, _ = run
     md = (out / "e2e.md").read_text()
     rows = [ln for ln in md.splitlines() if ln.startswith("| tiny-cpu | image |")]
-    measured = [c for c in e2e_bench.THROUGHPUT_CONCURRENCY if c in CLIENTS]
-    assert len(rows) == len(measured) + 4 * len([c for c in e2e_bench.LATENCY_CONCURRENCY if c in CLIENTS])
+    measured = [c for c in workload.THROUGHPUT_CONCURRENCY if c in CLIENTS]
+    assert len(rows) == len(measured) + 4 * len([c for c in workload.LATENCY_CONCURRENCY if c in CLIENTS])
     tok1 = next(r for r in rows if "| tok_s | 1 |" in r).split("|")
     assert float(tok1[7]) > 0  # the median image/stock ratio
 
 
 def test_profile_steps_follow_the_window():
     # one wave at 1 client is 4 requests one after another; at 32 clients, 32 requests side by side
-    assert e2e_bench.profile_steps(1, 128) == 4 * 128
-    assert e2e_bench.profile_steps(32, 128) == 128
-    assert e2e_bench.profile_steps(3, 10) == 2 * 10  # 4 requests, 3 at a time: two rounds
+    assert traces.profile_steps(1, 128) == 4 * 128
+    assert traces.profile_steps(32, 128) == 128
+    assert traces.profile_steps(3, 10) == 2 * 10  # 4 requests, 3 at a time: two rounds
 
 
 @pytest.mark.parametrize("recorded", [H200_RUN_3, H200_RUN_4, H200_RUN_5, H200_RUN_6],
@@ -109,7 +110,7 @@ def test_profile_steps_follow_the_window():
 def test_summary_of_a_recorded_run_gives_gpu_time_per_step(recorded):
     """The summary's profile table, from H200 runs 3-6's recorded figures (bench/data/h200_engine_*)."""
     res = json.loads(recorded.read_text())
-    md = e2e_bench.summarize(res)
+    md = report.summarize(res)
     results = set((ROOT / "bench" / "RESULTS-archive.md").read_text().splitlines())
     profiled = 0
     for model, m in res["models"].items():
@@ -123,7 +124,7 @@ def test_summary_of_a_recorded_run_gives_gpu_time_per_step(recorded):
             arm, conc = cells[1].strip(), int(cells[2])
             p = profiles[f"{arm}.c{conc}"]
             assert float(cells[3]) == round(p["total_gpu_ms"], 1)
-            assert float(cells[4]) == pytest.approx(p["total_gpu_ms"] / e2e_bench.profile_steps(conc, 128), abs=1e-3)
+            assert float(cells[4]) == pytest.approx(p["total_gpu_ms"] / traces.profile_steps(conc, 128), abs=1e-3)
             shares = [float(c.strip().rstrip("%")) for c in cells[5:]]
             assert sum(shares) == pytest.approx(100, abs=0.3)
         # bench/RESULTS-archive.md "Run 3" to "Run 6" show these rows as the bench prints them
@@ -139,7 +140,7 @@ def test_summary_covers_only_the_measured_clients():
             for r in reps:
                 r["throughput"] = {c: v for c, v in r["throughput"].items() if c in ("1", "8")}
                 r["latency"] = {c: v for c, v in r["latency"].items() if c == "1"}
-    md = e2e_bench.summarize(res)
+    md = report.summarize(res)
     keys = {tuple(c.strip() for c in ln.split("|")[3:5]) for ln in md.splitlines()
             if ln.startswith("| qwen3-coder-480b-tp8-tensor | image |")}
     assert keys == {("tok_s", "1"), ("tok_s", "8"), ("ttft_p50_ms", "1"), ("ttft_p99_ms", "1"),
@@ -148,7 +149,7 @@ def test_summary_covers_only_the_measured_clients():
 
 def test_clients_outside_the_sweep_are_refused(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
-        e2e_bench.main(["--stock-site", str(tmp_path), "--models-dir", str(tmp_path), "--out", str(tmp_path),
+        cli.main(["--stock-site", str(tmp_path), "--models-dir", str(tmp_path), "--out", str(tmp_path),
                         "--clients", "1", "16"])
     assert e.value.code == 2
     assert "--clients: invalid choice: 16" in capsys.readouterr().err
@@ -160,9 +161,9 @@ def test_pooled_ratios_of_one_run_are_its_summary():
 
     res = json.loads(H200_RUN_3.read_text())
     summary = {tuple(c.strip() for c in ln.split("|")[1:5]): ln.split("|")[7:9]
-               for ln in e2e_bench.summarize(res).splitlines() if ln.count("|") == 9}
+               for ln in report.summarize(res).splitlines() if ln.count("|") == 9}
     pooled = [[c.strip() for c in ln.split("|")[1:-1]] for ln in e2e_pool.table([res])[2:]]
-    assert len(pooled) == 2 * (len(e2e_bench.THROUGHPUT_CONCURRENCY) + 2 * len(e2e_bench.LATENCY_CONCURRENCY))
+    assert len(pooled) == 2 * (len(workload.THROUGHPUT_CONCURRENCY) + 2 * len(workload.LATENCY_CONCURRENCY))
     for model, metric, clients, n, median, spread in pooled:
         assert int(n) == 5
         assert [x.strip() for x in summary[(model, "image", metric, clients)]] == [median, spread]
@@ -189,15 +190,13 @@ def test_results_pool_runs_3_to_5_as_the_tool_prints():
 
 def test_models_run_in_the_order_given():
     names = ["qwen3-coder-480b-tp8-tensor", "qwen3-235b-tp8-tensor", "qwen3-coder-480b-tp8-tensor"]
-    assert [m.name for m in e2e_bench.chosen_models(names)] == names[:2]
+    assert [m.name for m in models.chosen_models(names)] == names[:2]
 
 
-def _bench_args(tmp_path):
-    """The arguments server_command reads, as bench/e2e_bench.py's parser would give them."""
-    import types
-
-    return types.SimpleNamespace(in_tokens=128, out_tokens=128, gpu_mem=0.08, kv_bytes=1 << 30, profile=False,
-                                 image_python=sys.executable, stock_site=str(tmp_path / "stock"))
+def _bench_config(tmp_path) -> Config:
+    """The run's settings server_command reads, its work folder tmp_path."""
+    return Config(stock_site=str(tmp_path / "stock"), models_dir=tmp_path / "models", out=tmp_path / "out",
+                  work=tmp_path, kv_bytes=1 << 30)
 
 
 def _image_launch_plan(image_env: dict):
@@ -212,11 +211,11 @@ def _image_launch_plan(image_env: dict):
 def test_a_models_engine_args_reach_both_arms_as_the_same_vllm_flags(tmp_path):
     """The block-FP8 model's --linear-backend cutlass: a flag on stock's command line, an OPTION_ variable for
     the image, which the image's launcher turns into the same flag (so only the MoE path differs)."""
-    m = next(m for m in e2e_bench.MODELS if m.fp8 == "block")
+    m = next(m for m in models.MODELS if m.fp8 == "block")
     assert dict(m.engine_args) == {"linear-backend": "cutlass"}
-    a = _bench_args(tmp_path)
-    stock_cmd, _ = e2e_bench.server_command(a, m, "stock", tmp_path / "model", tmp_path, 8001)
-    _, image_env = e2e_bench.server_command(a, m, "image", tmp_path / "model", tmp_path, 8002)
+    cfg = _bench_config(tmp_path)
+    stock_cmd, _ = servers.server_command(cfg, m, "stock", tmp_path / "model", 8001)
+    _, image_env = servers.server_command(cfg, m, "image", tmp_path / "model", 8002)
     assert stock_cmd[stock_cmd.index("--linear-backend") + 1] == "cutlass"
     assert image_env["OPTION_LINEAR_BACKEND"] == "cutlass"
     p = _image_launch_plan(image_env)
@@ -230,14 +229,33 @@ def test_a_models_engine_args_reach_both_arms_as_the_same_vllm_flags(tmp_path):
 def test_the_vllm_quant_arm_differs_from_the_image_by_patch_0006s_switch_alone(tmp_path):
     """image-vllm-quant: the image's launcher hands the engine LMI_FP8_MOE_ONE_LAUNCH_QUANT=0 (vLLM's own
     two-kernel quantization); the image arm leaves the patched default; the engine flags are the same."""
-    m = next(m for m in e2e_bench.MODELS if m.name == "qwen3-235b-tp8-tensor")
-    assert "image-vllm-quant" in m.arms and "image-vllm-quant" in e2e_bench.MEASURED_ARMS
-    a = _bench_args(tmp_path)
-    plans = {arm: _image_launch_plan(e2e_bench.server_command(a, m, arm, tmp_path / "model", tmp_path, 8002)[1])
+    m = next(m for m in models.MODELS if m.name == "qwen3-235b-tp8-tensor")
+    assert "image-vllm-quant" in m.arms and "image-vllm-quant" in models.MEASURED_ARMS
+    cfg = _bench_config(tmp_path)
+    plans = {arm: _image_launch_plan(servers.server_command(cfg, m, arm, tmp_path / "model", 8002)[1])
              for arm in ("image", "image-vllm-quant")}
     assert plans["image-vllm-quant"].env["LMI_FP8_MOE_ONE_LAUNCH_QUANT"] == "0"
     assert "LMI_FP8_MOE_ONE_LAUNCH_QUANT" not in plans["image"].env
     assert plans["image"].argv == plans["image-vllm-quant"].argv
+
+
+def test_each_image_arm_switches_one_setting_of_the_table_and_no_arm_inherits_a_switch(tmp_path, monkeypatch):
+    """The image arms' patch switches are settings of serving/settings.py's table: each arm's reaches the engine
+    through the image's launcher, and a switch left in the bench's own environment reaches no arm."""
+    from serving.settings import TABLE
+
+    switches = {TABLE[key].engine_env for arm in models.IMAGE_ARM_SETTINGS.values() for key in arm}
+    assert len(switches) == len(models.IMAGE_ARM_SETTINGS) - 1  # one each, "image" none
+    for name in switches:
+        monkeypatch.setenv(name, "1")
+    cfg = _bench_config(tmp_path)
+    for arm in models.ARMS:
+        _, env = servers.server_command(cfg, models.CPU_CHECK, arm, tmp_path / "model", 8002)
+        assert not switches & set(env), arm
+        if arm in models.IMAGE_ARM_SETTINGS:
+            plan = _image_launch_plan(env)
+            assert {k: plan.env[k] for k in switches & set(plan.env)} == {
+                TABLE[key].engine_env: "1" if on else "0" for key, on in models.IMAGE_ARM_SETTINGS[arm].items()}
 
 
 def test_results_pool_the_235b_shard_over_runs_3_4_and_6_as_the_tool_prints():
@@ -283,7 +301,7 @@ def test_profile_classes_count_memsets_and_copies_as_gpu_work(tmp_path):
     path = tmp_path / "t.pt.trace.json.gz"
     with gzip.open(path, "wt") as f:
         json.dump({"traceEvents": events}, f)
-    r = e2e_bench.classify(path)
+    r = traces.classify(path)
     assert r["total_gpu_ms"] == pytest.approx(24 / 1e3)
     assert r["share"] == {"attention": round(5 / 24, 4), "moe_w13": round(10 / 24, 4), "moe_w2": round(6 / 24, 4),
                           "other": round(3 / 24, 4)}
@@ -304,12 +322,13 @@ def _processes_naming(text: str) -> list[str]:
 
 @pytest.mark.engine
 def test_sigterm_stops_the_bench_and_its_servers(tmp_path):
-    # the servers run in sessions of their own; a SIGTERM to the bench must still stop them (run 8 left one)
+    # the servers run in sessions of their own; a SIGTERM to the bench must still stop them (an engine left behind
+    # holds the GPU's memory)
     stock_site = tmp_path / "stock-site"
     stock_site.mkdir()
     models = tmp_path / "models"
     model = str(models / "tiny-cpu")  # in every server's command line
-    cmd = [sys.executable, "-m", "bench.e2e_bench", "--stock-site", str(stock_site), "--models-dir", str(models),
+    cmd = [sys.executable, "-m", "bench.e2e", "--stock-site", str(stock_site), "--models-dir", str(models),
            "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"), "--models", "tiny-cpu",
            "--ready-timeout", "600"]
     p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -338,22 +357,22 @@ def test_sigterm_stops_the_bench_and_its_servers(tmp_path):
 
 def test_layers_per_model_and_names_that_say_the_depth():
     names = ["qwen3-235b-tp8-tensor", "qwen3-coder-480b-tp8-tensor"]
-    assert e2e_bench.parse_layers(["16"], names) == dict.fromkeys(names, 16)
-    assert e2e_bench.parse_layers(["94", "qwen3-coder-480b-tp8-tensor=40"], names) == {
+    assert models.parse_layers(["16"], names) == dict.fromkeys(names, 16)
+    assert models.parse_layers(["94", "qwen3-coder-480b-tp8-tensor=40"], names) == {
         "qwen3-235b-tp8-tensor": 94, "qwen3-coder-480b-tp8-tensor": 40}
-    coder = e2e_bench.chosen_models(names[1:])[0]
-    assert e2e_bench.with_layers(coder, 16) is coder  # runs 3-8's names stay as recorded
-    deep = e2e_bench.with_layers(coder, 40)
+    coder = models.chosen_models(names[1:])[0]
+    assert models.with_layers(coder, 16) is coder  # runs 3-8's names stay as recorded
+    deep = models.with_layers(coder, 40)
     assert (deep.name, deep.layers, deep.preset) == ("qwen3-coder-480b-tp8-tensor@40L", 40, coder.preset)
     for bad, named in ((["deepseek-v3-tp8-block=8"], "deepseek-v3-tp8-block"), (["0"], "whole number"),
                        (["qwen3-235b-tp8-tensor=x"], "whole number")):
         with pytest.raises(ValueError, match=named):
-            e2e_bench.parse_layers(bad, names)
+            models.parse_layers(bad, names)
 
 
 def test_a_bad_layers_token_is_refused_before_anything_starts(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
-        e2e_bench.main(["--stock-site", str(tmp_path), "--models-dir", str(tmp_path / "m"), "--out",
+        cli.main(["--stock-site", str(tmp_path), "--models-dir", str(tmp_path / "m"), "--out",
                         str(tmp_path / "o"), "--work", str(tmp_path / "w"), "--models", "qwen3-235b-tp8-tensor",
                         "--layers", "qwen3-coder-480b-tp8-tensor=40"])
     assert e.value.code == 2 and "--layers qwen3-coder-480b-tp8-tensor=40" in capsys.readouterr().err
@@ -368,10 +387,10 @@ def test_run_9_deep_shards_as_recorded_and_as_results_shows_them():
     assert {m: r["layers"] for m, r in res["models"].items()} == {
         "qwen3-235b-tp8-tensor@94L": 94, "qwen3-coder-480b-tp8-tensor@40L": 40}
     results = set((ROOT / "bench" / "RESULTS-archive.md").read_text().splitlines())
-    rows = [ln for ln in e2e_bench.summarize(res).splitlines() if ln.startswith("| qwen3-")]
+    rows = [ln for ln in report.summarize(res).splitlines() if ln.startswith("| qwen3-")]
     assert len(rows) == 2 * 6 + 4 and all(r in results for r in rows)
     for model in res["models"]:
-        one_client = e2e_bench.paired_ratios([res], model, "throughput", "tok_s", "1")
+        one_client = report.paired_ratios([res], model, "throughput", "tok_s", "1")
         assert len(one_client) == 4 and min(one_client) >= 1.10  # the issue's one-client goal, every repetition
         assert all(s["jit_warnings"] == 0 for n, s in res["servers"].items() if n == f"{model}.image")
     # pooled with a 16-layer run, each depth keeps its own rows
@@ -382,6 +401,6 @@ def test_run_9_deep_shards_as_recorded_and_as_results_shows_them():
 
 def test_the_embedded_models_depth_is_not_silently_ignored(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
-        e2e_bench.main(["--stock-site", str(tmp_path), "--models-dir", str(tmp_path), "--out", str(tmp_path / "o"),
+        cli.main(["--stock-site", str(tmp_path), "--models-dir", str(tmp_path), "--out", str(tmp_path / "o"),
                         "--models", "tiny-cpu", "--layers", "4"])
     assert e.value.code == 2 and "tiny-cpu is the embedded model" in capsys.readouterr().err

@@ -92,7 +92,7 @@ all)
         echo "image configs: ${LMI_CONFIGS_DIR:-configs/}"
     fi
     step "engine benchmark"
-    "$GPU_VENV/bin/python" -m bench.e2e_bench --stock-site "$STOCK" --image-python "$GPU_VENV/bin/python" \
+    "$GPU_VENV/bin/python" -m bench.e2e --stock-site "$STOCK" --image-python "$GPU_VENV/bin/python" \
         --models-dir /root/models --out "$RES/e2e" --ready-timeout 480 $([ "${PROFILE:-1}" = 0 ] || echo --profile) \
         ${E2E_ARGS:-}
     step "done"
@@ -114,9 +114,9 @@ collect)
 stop)
     # SIGTERM: the engine bench stops its servers (their process groups) before it exits
     pkill -TERM -f "h200_session.sh al[l]"; pkill -TERM -f "h200_session.sh tun[e]"; pkill -TERM -f moe_kernel_bench
-    pkill -TERM -f "bench.e2e_bench"
-    for _ in $(seq 60); do pgrep -f "bench.e2e_bench" > /dev/null || break; sleep 1; done
-    pgrep -fa "bench.e2e_bench|VLLM::EngineCore" || echo "stopped"
+    pkill -TERM -f "bench[.]e2e( |$)"
+    for _ in $(seq 60); do pgrep -f "bench[.]e2e( |$)" > /dev/null || break; sleep 1; done
+    pgrep -fa "bench[.]e2e( |$)|VLLM::EngineCore" || echo "stopped"
     nvidia-smi --query-gpu=memory.used --format=csv,noheader
     ;;
 *)

@@ -1,0 +1,30 @@
+"""The image against stock vLLM 0.32.0 in the real engine, side by side on one GPU.
+
+    python -m bench.e2e --stock-site DIR --image-python PY --models-dir DIR --out DIR [--reps 3] [--profile]
+        [--layers N [MODEL=N ...]]   # e.g. --layers 94 qwen3-coder-480b-tp8-tensor=40: deployment depth
+
+Every arm is an HTTP server on loopback: "image" is this project's launcher (./entrypoint.sh serve:
+the patched vLLM, configs/, the image's settings); "stock" is vLLM's own OpenAI server from the
+pristine wheel (DIR first on PYTHONPATH: its own configs, no series, vLLM's defaults). One model
+at a time: its arms start at once from empty caches (each its own HOME, vLLM, Triton and
+FlashInfer cache), so their start times are side by side under the same load; once all are up,
+the arms are measured in turn (stock, image, stock, image, ...) after one unmeasured warm-up pass
+each; then the model's servers are stopped and the next model starts.
+
+Per arm and repetition:
+- output tokens/s with 1, 8, 32 and 128 concurrent clients (non-streamed OpenAI completions,
+  fixed prompt and output lengths, ignore_eos), the server's max-num-seqs 128;
+- time to first token and inter-token latency, p50 and p99, streamed, 1 and 32 clients;
+and per server: time from start to the first /ping 200, the first request's time to first token,
+the time to first token of the first request at each new concurrency (the warm-up pass), and
+the count of vLLM's "JIT compilation during inference" warnings. With --profile, a torch-profiler
+trace of a short run at 1 and 32 clients gives each arm's GPU time by kernel class.
+
+Both arms take OpenAI bodies on /v1/completions (stock vLLM has no LMI bodies); what LMI bodies
+cost on top is measured by bench/lmi_vs_openai.py. Results: OUT/e2e.json and OUT/e2e.md.
+
+The parts: models (the models, their arms and their weights), config (one run's settings), servers (each arm's
+server: command, environment, what its log says), workload (the HTTP client, prompts and measured runs), traces
+(GPU time by kernel class from the profiler), report (the tables of e2e.md), run (one run, model by model), cli
+(the command line).
+"""

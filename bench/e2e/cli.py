@@ -1,0 +1,66 @@
+"""The bench's command line (python -m bench.e2e): parsed once into a Config, checked before anything starts."""
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from pathlib import Path
+
+from . import __doc__ as DESCRIPTION
+from .config import Config
+from .models import ARMS, CPU_CHECK, DEFAULT_LAYERS, MODELS, chosen_models, parse_layers, with_layers
+from .report import summarize
+from .run import run
+from .workload import LATENCY_CONCURRENCY, THROUGHPUT_CONCURRENCY
+
+
+def parser() -> argparse.ArgumentParser:
+    d = Config.default
+    p = argparse.ArgumentParser(prog="python -m bench.e2e", description=DESCRIPTION.split("\n\n")[0])
+    p.add_argument("--stock-site", required=True, help="folder holding the pristine vllm package (stock arm)")
+    p.add_argument("--image-python", default=d("image_python"),
+                   help="Python with the patched vLLM (both arms run it)")
+    p.add_argument("--models-dir", type=Path, required=True, help="where the models are made (kept between runs)")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--work", type=Path, default=d("work"))
+    p.add_argument("--models", nargs="*", default=d("models"), choices=[m.name for m in MODELS + (CPU_CHECK,)])
+    p.add_argument("--arms", nargs="*", default=d("arms"), choices=ARMS, help="start only these of each model's arms")
+    p.add_argument("--layers", nargs="+", default=d("layers"), metavar="N|MODEL=N",
+                   help="decoder layers: N for every model, MODEL=N for one (enough that the layers, not the "
+                        "host's per-step work, set the step)")
+    p.add_argument("--drop-models", action="store_true",
+                   help="delete each model's folder once its servers stop (the H200 host's 64 GB disk holds one "
+                        "deep shard at a time)")
+    p.add_argument("--reps", type=int, default=d("reps"))
+    p.add_argument("--waves", type=int, default=d("waves"),
+                   help="requests per client in each measured run (2 gave ±35%% swings between repetitions)")
+    p.add_argument("--in-tokens", type=int, default=d("in_tokens"))
+    p.add_argument("--out-tokens", type=int, default=d("out_tokens"))
+    p.add_argument("--gpu-mem", type=float, default=d("gpu_mem"), help="each server's gpu-memory-utilization")
+    p.add_argument("--kv-bytes", type=int, default=d("kv_bytes"),
+                   help="each server's KV cache (1.5 GiB: 128 sequences of 320 tokens need under 1 GiB)")
+    p.add_argument("--ready-timeout", type=float, default=d("ready_timeout"))
+    p.add_argument("--profile", action="store_true", help="torch-profiler traces at 1 and 32 clients")
+    p.add_argument("--clients", type=int, nargs="+", choices=sorted(set(THROUGHPUT_CONCURRENCY + LATENCY_CONCURRENCY)),
+                   help="measure only these concurrencies (default: all); the warm-up pass and the profiles "
+                        "still cover every one")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser()
+    cfg = Config.from_args(p.parse_args(argv))
+    try:
+        depth = parse_layers(list(cfg.layers), list(dict.fromkeys(cfg.models)))
+    except ValueError as e:
+        p.error(str(e))
+    chosen = chosen_models(list(cfg.models))
+    for m in chosen:
+        if not m.preset and depth[m.name] != DEFAULT_LAYERS:
+            p.error(f"--layers: {m.name} is the embedded model, its depth is fixed; give the others' as MODEL=N")
+    # A SIGTERM (tools/h200_session.sh stop) unwinds through run's cleanup, so the servers, each in a session of
+    # its own, are stopped too: without it an engine core outlives the bench and keeps the GPU's memory.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    results = run(cfg, [with_layers(m, depth[m.name]) for m in chosen])
+    print(summarize(results))
+    return 0

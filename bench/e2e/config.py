@@ -1,0 +1,56 @@
+"""One run's settings: the command line, parsed once (cli), read by every part of the run."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from .models import ARMS, DEFAULT_LAYERS, MODELS
+
+
+@dataclass(frozen=True, kw_only=True)
+class Config:
+    """The options of `python -m bench.e2e`, one field each, in the command line's order (e2e.json records them
+    in this order); the defaults are the command line's."""
+    stock_site: str  # folder holding the pristine vllm package (the stock arms)
+    image_python: str = sys.executable
+    models_dir: Path
+    out: Path
+    work: Path = Path("/tmp/e2e-work")
+    models: tuple[str, ...] = tuple(m.name for m in MODELS)
+    arms: tuple[str, ...] = ARMS
+    layers: tuple[str, ...] = (str(DEFAULT_LAYERS),)  # --layers as given: N, MODEL=N (models.parse_layers)
+    drop_models: bool = False
+    reps: int = 3
+    waves: int = 6
+    in_tokens: int = 128
+    out_tokens: int = 128
+    gpu_mem: float = 0.08
+    kv_bytes: int = 3 << 29
+    ready_timeout: float = 900
+    profile: bool = False
+    clients: tuple[int, ...] | None = None  # None: every concurrency
+
+    @classmethod
+    def from_args(cls, ns: argparse.Namespace) -> "Config":
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in vars(ns).items()})
+
+    @staticmethod
+    def default(name: str) -> object:
+        return Config.__dataclass_fields__[name].default
+
+    def record(self) -> dict[str, str]:
+        """The settings as e2e.json's "args" holds them: each as text, a list as Python writes one."""
+        return {f.name: str(list(v) if isinstance(v := getattr(self, f.name), tuple) else v)
+                for f in dataclasses.fields(self)}
+
+    def home(self, server: str) -> Path:
+        return self.work / "homes" / server
+
+    def log_path(self, server: str) -> Path:
+        return self.work / "logs" / f"{server}.log"
+
+    def profile_dir(self, server: str) -> Path:
+        return self.work / "profiles" / server

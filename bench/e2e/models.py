@@ -1,0 +1,116 @@
+"""The benchmark models, the arms that serve them, and their weights (made by serving.tiny_model)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from serving.paths import ROOT
+
+# Decoder layers of every model unless --layers says otherwise. At this depth a one-client decode step on an H200
+# is bound by the host's per-step work (inter-token 1.7-2.3 ms against 1.1-1.6 ms of GPU work per step), not by the
+# kernels: what the kernels give a deployment is measured at its depth (--layers).
+DEFAULT_LAYERS = 16
+
+
+@dataclass(frozen=True)
+class Model:
+    """One benchmark model: a serving.tiny_model preset in one FP8 scheme, the arms that serve it, and
+    engine arguments every arm of it gets (flag without its leading dashes -> value)."""
+    name: str
+    preset: str
+    fp8: str
+    arms: tuple[str, ...] = ("stock", "image")
+    engine_args: tuple[tuple[str, str], ...] = ()
+    layers: int = DEFAULT_LAYERS
+
+    @property
+    def vocab(self) -> int:
+        from serving.tiny_model import TinySpec, preset_spec
+
+        return (preset_spec(self.preset) if self.preset else TinySpec()).vocab
+
+
+def with_layers(m: Model, layers: int) -> Model:
+    """The model at `layers` decoder layers. Away from the default depth the name says it (qwen3-235b-tp8-tensor@94L),
+    so that its figures, servers and folder never mix with another depth's; at the default depth the name stays
+    plain, the name the recorded runs give it."""
+    if layers == DEFAULT_LAYERS:
+        return m
+    return replace(m, name=f"{m.name}@{layers}L", layers=layers)
+
+
+def parse_layers(tokens: list[str], models: list[str]) -> dict[str, int]:
+    """--layers N [MODEL=N ...]: one depth for every model, then per-model depths. Raises ValueError naming the
+    token that is neither."""
+    depth = dict.fromkeys(models, DEFAULT_LAYERS)
+    for tok in tokens:
+        name, _, n = tok.rpartition("=")
+        if name and name not in depth:
+            raise ValueError(f"--layers {tok}: {name!r} is not among --models ({', '.join(models)})")
+        if not n.isdigit() or int(n) < 1:
+            raise ValueError(f"--layers {tok}: the depth must be a whole number of layers, 1 or more")
+        for m in ([name] if name else models):
+            depth[m] = int(n)
+    return depth
+
+
+# Arms: "stock" and "image" (above), and image arms that differ from "image" by one setting each
+# (IMAGE_ARM_SETTINGS, keys of serving/settings.py's table), so image against them is one patch alone:
+# "image-stock-order" (vLLM's own FP8 MoE backend order: patch 0001), "image-vllm-quant" (vLLM's two-kernel FP8
+# quantization of the MoE inputs: patch 0006), "image-vllm-topk" (vLLM's topk_softmax op for the router: patch
+# 0007). Not measured, started for what their logs say: "stock-debug" (stock at VLLM_LOGGING_LEVEL=DEBUG: why each
+# MoE backend ahead of the chosen one was rejected) and "stock-no-nvcc" (stock with nvcc off PATH and CUDA_HOME, as
+# in the image's runtime base: what FlashInfer's JIT does there). A static-scale stock start compiles FlashInfer's
+# fused_moe_90 for over 12 minutes on an H200: give that model --ready-timeout 1800.
+IMAGE_ARM_SETTINGS: dict[str, dict[str, object]] = {
+    "image": {},
+    "image-stock-order": {"fp8_moe_stock_order": True},
+    "image-vllm-quant": {"fp8_moe_one_launch_quant": False},
+    "image-vllm-topk": {"moe_one_pass_topk": False},
+}
+MEASURED_ARMS = ("stock", "image", "image-stock-order", "image-vllm-quant", "image-vllm-topk")
+# Block FP8: the linear layers on vLLM's prebuilt CUTLASS block-scaled kernel in both arms, so that only the MoE
+# path differs. vLLM's default there is FlashInfer's DeepGEMM kernel, which the image builds with nvcc at start and
+# stock follows with DeepGEMM's JIT warm-up of 512 shapes (42-48 minutes on an H200 by its own estimate), beyond
+# one session's device time.
+BLOCK_FP8_ENGINE_ARGS = (("linear-backend", "cutlass"),)
+MODELS = (
+    Model("qwen3-235b-tp8-tensor", "qwen3-235b-a22b-tp8", "tensor",
+          ("stock", "image", "image-vllm-quant", "image-vllm-topk", "stock-debug")),
+    # Static activation scales: the only per-tensor checkpoints FlashInfer CUTLASS MoE accepts, so
+    # the one case where the routing patch changes stock's backend.
+    Model("qwen3-235b-tp8-static", "qwen3-235b-a22b-tp8", "static",
+          ("stock", "image", "image-stock-order", "stock-no-nvcc")),
+    Model("deepseek-v3-tp8-block", "deepseek-v3-tp8", "block", engine_args=BLOCK_FP8_ENGINE_ARGS),
+    Model("qwen3-coder-480b-tp8-tensor", "qwen3-coder-480b-a35b-tp8", "tensor",
+          ("stock", "image", "image-vllm-quant", "image-vllm-topk")),
+    # The official block-FP8 checkpoints as vLLM's recipes deploy them: one expert-parallel rank, or one TP4 rank.
+    Model("qwen3-235b-ep8-block", "qwen3-235b-a22b-ep8", "block", engine_args=BLOCK_FP8_ENGINE_ARGS),
+    Model("qwen3-coder-480b-ep8-block", "qwen3-coder-480b-a35b-ep8", "block", engine_args=BLOCK_FP8_ENGINE_ARGS),
+    Model("deepseek-v3-ep8-block", "deepseek-v3-ep8", "block", engine_args=BLOCK_FP8_ENGINE_ARGS),
+    Model("qwen3-235b-tp4-block", "qwen3-235b-a22b-tp4", "block", engine_args=BLOCK_FP8_ENGINE_ARGS),
+    Model("qwen3-coder-480b-tp4-block", "qwen3-coder-480b-a35b-tp4", "block", engine_args=BLOCK_FP8_ENGINE_ARGS),
+)
+# The embedded bf16 tiny model: a check of the bench itself on the CPU engine (--models tiny-cpu).
+CPU_CHECK = Model("tiny-cpu", "", "")
+ARMS = tuple(sorted({arm for m in MODELS for arm in m.arms}))
+
+
+def chosen_models(names: list[str]) -> list[Model]:
+    """The models to run, in the order given (a session puts first the model it must not lose when its device
+    lease ends), each once."""
+    by_name = {m.name: m for m in MODELS + (CPU_CHECK,)}
+    return [by_name[n] for n in dict.fromkeys(names)]
+
+
+def make_model(m: Model, models_dir: Path) -> Path:
+    """The model's weights in models_dir/NAME, kept there between runs (serving.tiny_model --reuse), written by a
+    child process so that their memory (tens of GB for the DeepSeek-V3 shard) goes back before the servers start."""
+    out = models_dir / m.name
+    cmd = [sys.executable, "-m", "serving.tiny_model", "--out", str(out), "--reuse"]
+    if m.preset:
+        cmd += ["--preset", m.preset, "--layers", str(m.layers), "--fp8", m.fp8]
+    subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)  # its stdout: the folder's path
+    return out

@@ -1,0 +1,73 @@
+"""The tables of e2e.md: paired image/stock ratios per figure, GPU time by kernel class, each server's start."""
+from __future__ import annotations
+
+import statistics
+
+from .models import MEASURED_ARMS
+from .traces import profile_steps
+from .workload import LATENCY_CONCURRENCY, THROUGHPUT_CONCURRENCY
+
+PROFILE_CLASSES = (("moe_w13", "MoE w13"), ("moe_w2", "MoE w2"), ("attention", "attention"),
+                   ("other_gemm", "other GEMMs"), ("other", "everything else"))
+
+
+def profile_table(results: dict) -> list[str]:
+    """GPU time per engine step by kernel class, from each profile window (--profile)."""
+    out_tokens = int(results["args"]["out_tokens"])
+    rows = []
+    for mname, m in results["models"].items():
+        for key, p in (m.get("profile") or {}).items():
+            if "share" not in p:
+                rows.append(f"| {mname} | {key} | {p.get('error', 'no trace')} |" + " |" * (len(PROFILE_CLASSES) + 1))
+                continue
+            arm, _, conc = key.rpartition(".c")
+            step = p["total_gpu_ms"] / profile_steps(int(conc), out_tokens)
+            rows.append(f"| {mname} | {arm} | {conc} | {p['total_gpu_ms']:.1f} | {step:.3f} | " + " | ".join(
+                f"{100 * p['share'].get(c, 0):.1f}%" for c, _ in PROFILE_CLASSES) + " |")
+    if not rows:
+        return []
+    return ["", "| model | arm | clients | GPU ms in window | GPU ms per step | "
+            + " | ".join(name for _, name in PROFILE_CLASSES) + " |",
+            "|---|---|---|---|---|" + "---|" * len(PROFILE_CLASSES)] + rows
+
+
+def paired_ratios(runs: list[dict], model: str, kind: str, metric: str, clients: str,
+                  arm: str = "image") -> list[float]:
+    """Every repetition's arm/stock ratio for one figure (the arm's figure over the stock figure measured just
+    before it), over the recorded runs that measured it."""
+    out = []
+    for res in runs:
+        reps = res["models"].get(model, {}).get("reps", {})
+        for st, im in zip(reps.get("stock", []), reps.get(arm, [])):
+            if clients in st[kind] and clients in im[kind]:
+                out.append(im[kind][clients][metric] / st[kind][clients][metric])
+    return out
+
+
+def summarize(results: dict) -> str:
+    """e2e.md from e2e.json's results."""
+    out = ["| model | arm | metric | clients | stock | arm | arm/stock median | paired ratio range |",
+           "|---|---|---|---|---|---|---|---|"]
+    for mname, m in results["models"].items():
+        reps = m.get("reps", {})
+        for arm in [a for a in MEASURED_ARMS[1:] if reps.get(a)]:
+            if not reps.get("stock"):
+                break
+            for kind, metric, conc in ([("throughput", "tok_s", c) for c in THROUGHPUT_CONCURRENCY]
+                                       + [("latency", k, c) for c in LATENCY_CONCURRENCY
+                                          for k in ("ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms")]):
+                ratios = paired_ratios([results], mname, kind, metric, str(conc), arm)
+                if not ratios:  # not measured in this run (--clients)
+                    continue
+                st = [r[kind][str(conc)][metric] for r in reps["stock"]]
+                im = [r[kind][str(conc)][metric] for r in reps[arm]]
+                out.append(f"| {mname} | {arm} | {metric} | {conc} | {statistics.median(st):.1f} | "
+                           f"{statistics.median(im):.1f} | {statistics.median(ratios):.3f} | "
+                           f"{min(ratios):.3f}-{max(ratios):.3f} |")
+    out += profile_table(results)
+    out += ["", "| server | start to /ping 200 (s) | first request TTFT (ms) | JIT warnings | FlashInfer JIT builds |",
+            "|---|---|---|---|---|"]
+    for name, s in results["servers"].items():
+        out.append(f"| {name} | {s.get('ready_s') or s.get('failed')} | {s.get('first_ttft_ms', '-')} | "
+                   f"{s.get('jit_warnings', '-')} | {s.get('flashinfer_jit_builds', '-')} |")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,113 @@
+"""One run: model by model, its arms started together, measured in turn and stopped; the figures saved after
+every step (OUT/e2e.json, OUT/e2e.md), so that a run cut short keeps what it measured."""
+from __future__ import annotations
+
+import json
+import shutil
+import time
+
+from tools.launcher_process import Server, stop, wait_ready
+
+from .config import Config
+from .models import MEASURED_ARMS, Model, make_model
+from .report import summarize
+from .servers import log_facts, start_server
+from .traces import profile
+from .workload import LATENCY_CONCURRENCY, Workload, completion_body, first_pass, request_json, streamed, sweep
+
+
+def log(msg: str) -> None:
+    print(f"[e2e {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+class Run:
+    def __init__(self, cfg: Config, vocab: int):
+        self.cfg = cfg
+        self.vocab = vocab  # prompts' token ids stay below every model's vocabulary
+        self.results = {"args": cfg.record(), "servers": {}, "models": {}}
+        self.facts: dict[str, dict] = {}  # per server: what the run measured of it (its first request's TTFT)
+
+    def save(self) -> None:
+        (self.cfg.out / "e2e.json").write_text(json.dumps(self.results, indent=1))
+        (self.cfg.out / "e2e.md").write_text(summarize(self.results))
+
+    def record_facts(self, s: Server) -> None:
+        self.results["servers"].setdefault(s.name, {}).update(log_facts(s), **self.facts.get(s.name, {}))
+
+    def model(self, m: Model) -> None:
+        """One model: its arms start together (their start times side by side under the same load), are
+        measured, and are stopped before the next model starts. Never all models at once: up to 9 cold starts
+        and their JIT builds (FlashInfer's fused_moe_90, DeepGEMM's warm-up) on 16 cores put the load at 60,
+        skew every figure, and get the bench itself killed for memory."""
+        cfg = self.cfg
+        t0 = time.monotonic()
+        model_dir = make_model(m, cfg.models_dir)
+        log(f"model {m.name}: {time.monotonic() - t0:.0f} s")
+        group = {arm: start_server(cfg, m, arm, model_dir) for arm in m.arms if arm in cfg.arms or not m.preset}
+        try:
+            wait_ready(list(group.values()), cfg.ready_timeout, report=log)
+            for s in group.values():
+                self.results["servers"][s.name] = {"ready_s": round(s.ready_s, 1) if s.ready_s else None,
+                                                   "failed": s.failed}
+            self.save()
+            self.measure(m, {arm: s for arm, s in group.items() if not s.failed})
+        except Exception as e:  # one model's failure (a server died mid-run) keeps the others' figures
+            log(f"{m.name}: measurement failed: {e!r}")
+            self.results["models"].setdefault(m.name, {})["error"] = repr(e)[:500]
+        finally:
+            for s in group.values():
+                self.record_facts(s)
+                stop(s.proc, grace=20)
+                (cfg.out / "logs").mkdir(exist_ok=True)
+                shutil.copy(s.log_path, cfg.out / "logs" / f"{s.name}.log")
+            self.save()
+            if cfg.drop_models:
+                shutil.rmtree(model_dir, ignore_errors=True)
+
+    def measure(self, m: Model, arms: dict[str, Server]) -> None:
+        """One model's warm-up pass per arm, the alternating repetitions, and the profiles."""
+        if not arms:
+            return
+        cfg = self.cfg
+        model_id = request_json(next(iter(arms.values())).host, "GET", "/v1/models")["data"][0]["id"]
+        wl = Workload(model_id, cfg.in_tokens, cfg.out_tokens, self.vocab)
+        mres = self.results["models"].setdefault(m.name, {"layers": m.layers, "first_pass": {}, "reps": {},
+                                                          "profile": {}})
+        measured = [arm for arm in MEASURED_ARMS if arm in arms]
+        for arm, s in arms.items():
+            first = streamed(s.host, completion_body(model_id, wl.prompts[0], 16, True))["ttft"]
+            self.facts.setdefault(s.name, {})["first_ttft_ms"] = round(1e3 * first, 1)
+            if arm in measured:
+                mres["first_pass"][arm] = first_pass(wl, s.host)
+            log(f"{s.name}: first request TTFT {self.facts[s.name]['first_ttft_ms']} ms")
+        for rep in range(cfg.reps):
+            for arm in measured:
+                r = sweep(wl, arms[arm].host, cfg.waves, cfg.clients)
+                mres["reps"].setdefault(arm, []).append(r)
+                log(f"{m.name} rep {rep} {arm}: " + ", ".join(
+                    f"c{c} {v['tok_s']:.0f} tok/s" for c, v in r["throughput"].items()))
+            self.save()
+        # the servers' facts now, not only at the end: a run cut short during the profiles (its device lease
+        # ending) still keeps each server's first TTFT and JIT counts
+        for s in arms.values():
+            self.record_facts(s)
+        self.save()
+        if cfg.profile:
+            for arm in measured:
+                for c in LATENCY_CONCURRENCY:
+                    try:
+                        mres["profile"][f"{arm}.c{c}"] = profile(arms[arm], wl, c, cfg.profile_dir(arms[arm].name))
+                    except Exception as e:  # a profile is extra: record why it failed, keep the figures
+                        mres["profile"][f"{arm}.c{c}"] = {"error": repr(e)[:300]}
+            self.save()
+
+
+def run(cfg: Config, models: list[Model]) -> dict:
+    """The whole run over `models` (in their order); its results, as e2e.json holds them."""
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    if cfg.work.exists():
+        shutil.rmtree(cfg.work)
+    r = Run(cfg, min(m.vocab for m in models))
+    for m in models:
+        r.model(m)
+    return r.results

@@ -1,0 +1,70 @@
+"""GPU time by kernel class, from a torch-profiler trace of a short streamed run (--profile)."""
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import time
+from pathlib import Path
+
+from tools.launcher_process import Server
+
+from .workload import Workload, request_json, requests_for
+
+KERNEL_CLASSES = (
+    ("moe_gemm", re.compile(r"fused_moe_kernel")),
+    ("attention", re.compile(r"flash|attn|attention|fmha|reshape_and_cache|paged", re.I)),
+    ("other_gemm", re.compile(r"gemm|gemv|xmma|nvjet|cutlass|scaled_mm|matmul|sm90_", re.I)),
+)
+
+
+GPU_EVENT_CATEGORIES = ("kernel", "gpu_memset", "gpu_memcpy")
+
+
+def classify(trace_path: Path) -> dict:
+    with gzip.open(trace_path, "rt") if trace_path.suffix == ".gz" else open(trace_path) as f:
+        events = json.load(f)["traceEvents"]
+    # memsets and copies are GPU work of the step too: vLLM's dynamic FP8 quantization clears its scale with a
+    # memset (0.85 us each, 2.4% of a one-client window on an H200), which kernels alone would not count
+    kernels = sorted((e for e in events if e.get("cat") in GPU_EVENT_CATEGORIES and "dur" in e), key=lambda e: e["ts"])
+    us: dict[str, float] = {}
+    other: dict[str, float] = {}
+    moe_seen = 0
+    for e in kernels:
+        cls = next((c for c, rx in KERNEL_CLASSES if rx.search(e["name"])), "other")
+        if cls == "moe_gemm":
+            # each MoE layer runs its w13 GEMM, then its w2 GEMM (the split-K kernel is one of them)
+            cls = "moe_w13" if moe_seen % 2 == 0 else "moe_w2"
+            moe_seen += 1
+        if cls == "other":
+            other[e["name"][:80]] = other.get(e["name"][:80], 0) + e["dur"]
+        us[cls] = us.get(cls, 0) + e["dur"]
+    total = sum(us.values()) or 1
+    return {"total_gpu_ms": total / 1e3, "share": {k: round(v / total, 4) for k, v in sorted(us.items())},
+            "top_other": sorted(other.items(), key=lambda kv: -kv[1])[:8]}
+
+
+def profile_steps(concurrency: int, out_tokens: int) -> int:
+    """Engine steps in a profile window (one wave of streamed requests): its requests run
+    `concurrency` at a time, each for out_tokens steps (the first one its prefill)."""
+    return -(-requests_for(concurrency, 1) // concurrency) * out_tokens
+
+
+def profile(s: Server, wl: Workload, concurrency: int, prof_dir: Path) -> dict:
+    """One profile window (a wave of streamed requests at `concurrency`) and its worker's trace, classified."""
+    before = set(prof_dir.rglob("*.json*"))
+    request_json(s.host, "POST", "/start_profile")
+    wl.latency(s.host, concurrency, 1)
+    request_json(s.host, "POST", "/stop_profile")
+    end = time.monotonic() + 120
+    new = []
+    while time.monotonic() < end:
+        new = sorted(p for p in set(prof_dir.rglob("*.json*")) - before if "rank0" in p.name or "rank" not in p.name)
+        if new and all(p.stat().st_size > 0 for p in new):
+            time.sleep(2)
+            break
+        time.sleep(1)
+    if not new:
+        return {"error": "no trace written"}
+    worker = max(new, key=lambda p: p.stat().st_size)  # the GPU worker's trace is the large one
+    return {"trace": worker.name, **classify(worker)}
