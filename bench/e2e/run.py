@@ -21,6 +21,8 @@ def log(msg: str) -> None:
 
 
 class Run:
+    """One run's results and what it measured of each server, saved to OUT as they grow."""
+
     def __init__(self, cfg: Config, vocab: int):
         self.cfg = cfg
         self.vocab = vocab  # prompts' token ids stay below every model's vocabulary
