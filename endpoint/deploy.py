@@ -27,7 +27,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from serving.config import ConfigError
+from serving.resolve import ConfigError
 from serving.settings import looks_secret
 
 from .deploy_env import MASK, Environment, build_environment
@@ -197,13 +197,8 @@ class Api:
         return self.call(service, op, params)
 
     def call(self, service: str, op: str, params: dict) -> dict:
-        from botocore.exceptions import ClientError
-
-        try:
-            return getattr(self.client(service), _snake(op))(**params)
-        except ClientError as e:
-            err = e.response.get("Error", {})
-            raise DeployError(f"{op} failed: {err.get('Code')}: {err.get('Message')}") from None
+        """A request; an error is a DeployError naming the operation."""
+        return self.read(service, op, params)  # with no `missing`, never None
 
     def read(self, service: str, op: str, params: dict, missing: str | None = None) -> dict | None:
         """A read; None when the error message contains `missing` (the resource does not exist)."""

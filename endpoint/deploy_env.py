@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from serving.config import ConfigError, read_properties
+from serving.resolve import ConfigError, read_properties
 from serving.settings import BY_ENV, BY_FLAG, BY_KEY, Setting, SettingValueError, looks_secret, to_environment
 
 # Settings the container must not take from a deployment: SageMaker sends traffic to 0.0.0.0:8080.

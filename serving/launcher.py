@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from . import config as cfg
+from . import resolve
 from . import custom_code
 from .exit_codes import ExitCode
 from .paths import ROOT
@@ -39,8 +39,8 @@ TINY_MODEL_DEFAULTS = {"max_model_len": "2048"}
 class Plan:
     """Everything the launcher decided: shown by --dry-run, then executed."""
 
-    settings: Settings                      # typed values of the declared settings
-    resolved: Mapping[str, cfg.Resolved]    # every effective setting with its source, pass-through included
+    settings: Settings                          # typed values of the declared settings
+    resolved: Mapping[str, resolve.Resolved]    # every effective setting with its source, pass-through included
     argv: list[str]
     env: dict[str, str]
     model_source: str  # "hub", "local", "model-dir", "s3", "embedded"
@@ -74,7 +74,7 @@ def visible_gpus(env: Mapping[str, str]) -> int:
         return 0
 
 
-def _model(res: cfg.Resolution) -> tuple[str, str, str | None]:
+def _model(res: resolve.Resolution) -> tuple[str, str, str | None]:
     """(source kind, path or hub id for vLLM, s3 url)."""
     r = res.entries.get("model_id")
     s = res.settings
@@ -90,14 +90,14 @@ def _model(res: cfg.Resolution) -> tuple[str, str, str | None]:
         try:
             S3Url.parse(mid)
         except S3SourceError as e:
-            raise cfg.ConfigError("model_id", r.source, str(e)) from None
+            raise resolve.ConfigError("model_id", r.source, str(e)) from None
         dest = Path(s.download_dir) if s.download_dir is not None else default_download_dir(mid, s.cache_dir)
         return "s3", str(dest), mid
     p = Path(mid)
     if p.is_dir():
         return "local", str(p.resolve()), None
     if mid.startswith(("/", "./", "../", "~")):
-        raise cfg.ConfigError("model_id", r.source, f"local folder {mid} does not exist")
+        raise resolve.ConfigError("model_id", r.source, f"local folder {mid} does not exist")
     if (mdir / mid / "config.json").is_file():  # LMI: a folder name inside the model directory
         return "local", str(mdir / mid), None
     return "hub", mid, None
@@ -127,15 +127,15 @@ def find_adapters(model_path: str) -> dict[str, Adapter]:
             doc = json.loads(conf.read_text())
             rank = int(doc["r"])
         except (ValueError, KeyError, TypeError) as e:
-            raise cfg.ConfigError("adapters", str(conf), f"not a LoRA adapter config (JSON with an integer r): "
+            raise resolve.ConfigError("adapters", str(conf), f"not a LoRA adapter config (JSON with an integer r): "
                                   f"{type(e).__name__}") from None
         targets = doc.get("target_modules")
         out[d.name] = Adapter(d, rank, tuple(targets) if isinstance(targets, list) else None)
     return out
 
 
-def context_defaults(kind: str, user: cfg.Resolution, env: Mapping[str, str],
-                     cpu_build: bool, adapters: Mapping[str, Adapter] | None = None) -> list[cfg.ContextDefault]:
+def context_defaults(kind: str, user: resolve.Resolution, env: Mapping[str, str],
+                     cpu_build: bool, adapters: Mapping[str, Adapter] | None = None) -> list[resolve.ContextDefault]:
     """Defaults that depend on the build, the machine and the model: tensor parallelism over every
     visible GPU (as LMI and TGI do), LoRA serving of the model's adapters/ folder, the embedded tiny
     model's context length, and on the CPU build a fixed KV cache unless the user sized the memory
@@ -144,35 +144,35 @@ def context_defaults(kind: str, user: cfg.Resolution, env: Mapping[str, str],
     if adapters:
         why = f"LoRA adapters in the model's {custom_code.ADAPTERS_FOLDER}/"
         if "enable_lora" not in user.entries:
-            out.append(cfg.ContextDefault("enable_lora", "true", why))
+            out.append(resolve.ContextDefault("enable_lora", "true", why))
         if "lora_modules" not in user.entries:
-            out.append(cfg.ContextDefault("lora_modules", json.dumps([f"{n}={a.path}" for n, a in adapters.items()]),
-                                          why))
+            modules = json.dumps([f"{n}={a.path}" for n, a in adapters.items()])
+            out.append(resolve.ContextDefault("lora_modules", modules, why))
         rank = max(a.rank for a in adapters.values())
         if rank > DEFAULT_MAX_LORA_RANK and "max_lora_rank" not in user.entries:
-            out.append(cfg.ContextDefault("max_lora_rank", str(rank), why))
+            out.append(resolve.ContextDefault("max_lora_rank", str(rank), why))
         # Only the modules the adapters adapt get LoRA layers: vLLM would otherwise wrap every layer,
         # the MoE experts too (a Triton kernel; the CPU build has none).
         targets = [a.targets for a in adapters.values()]
         if all(t is not None for t in targets) and "lora_target_modules" not in user.entries:
-            out.append(cfg.ContextDefault("lora_target_modules", json.dumps(sorted(set().union(*targets))), why))
+            out.append(resolve.ContextDefault("lora_target_modules", json.dumps(sorted(set().union(*targets))), why))
     if "tensor_parallel_size" not in user.entries:
         out.append(tp_default(env, cpu_build))
     if kind == "embedded":
-        out += [cfg.ContextDefault(k, v, "embedded tiny model") for k, v in TINY_MODEL_DEFAULTS.items()]
+        out += [resolve.ContextDefault(k, v, "embedded tiny model") for k, v in TINY_MODEL_DEFAULTS.items()]
     if cpu_build and not any(k in user.entries for k in ("gpu_memory_utilization", "kv_cache_memory_bytes")):
-        out += [cfg.ContextDefault(k, v, "CPU build") for k, v in CPU_DEFAULTS.items()]
+        out += [resolve.ContextDefault(k, v, "CPU build") for k, v in CPU_DEFAULTS.items()]
     return out
 
 
-def tp_default(env: Mapping[str, str], cpu_build: bool) -> cfg.ContextDefault:
+def tp_default(env: Mapping[str, str], cpu_build: bool) -> resolve.ContextDefault:
     if cpu_build:
-        return cfg.ContextDefault("tensor_parallel_size", "1", "CPU build: 1")
+        return resolve.ContextDefault("tensor_parallel_size", "1", "CPU build: 1")
     n = visible_gpus(env)
     if n < 1:
-        return cfg.ContextDefault("tensor_parallel_size", "1", "no GPU visible: 1")
+        return resolve.ContextDefault("tensor_parallel_size", "1", "no GPU visible: 1")
     how = "CUDA_VISIBLE_DEVICES" if env.get("CUDA_VISIBLE_DEVICES") is not None else "torch.cuda.device_count()"
-    return cfg.ContextDefault("tensor_parallel_size", str(n), f"every visible GPU: {n}, counted by {how}")
+    return resolve.ContextDefault("tensor_parallel_size", str(n), f"every visible GPU: {n}, counted by {how}")
 
 
 def nvcc_path(env: Mapping[str, str]) -> Path | None:
@@ -211,7 +211,7 @@ def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
     if vllm_args is None:
         from .vllm_args import VllmArgs
         vllm_args = VllmArgs()
-    sources = cfg.Sources(env, vllm_args)
+    sources = resolve.Sources(env, vllm_args)
     ctx = Context(gpus=lambda: visible_gpus(env), gpu_build=not is_cpu_build())
     user = sources.resolve(ctx)
     kind, model_path, s3_url = _model(user)
@@ -239,7 +239,7 @@ def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
         try:
             argv += vllm_args.argv(r.flag, str(r.value))
         except SettingValueError as e:
-            raise cfg.ConfigError(key, r.source, str(e)) from None
+            raise resolve.ConfigError(key, r.source, str(e)) from None
     argv += ["--middleware", LMI_MIDDLEWARE]
 
     engine_env = dict(env)
@@ -287,7 +287,7 @@ def report(p: Plan) -> list[str]:
 
 def _patch_record_line() -> str:
     try:
-        from .patch_series import describe_record, read_record
+        from .vllm_patches.apply import describe_record, read_record
         return describe_record(read_record())
     except Exception as e:  # the record is informative; never block a start on it
         return f"vLLM patches: record unreadable ({type(e).__name__})"
@@ -320,9 +320,9 @@ def healthcheck(env: Mapping[str, str] | None = None, timeout: float = 8) -> Exi
 
     env = dict(os.environ if env is None else env)
     try:
-        sources = cfg.Sources(env)
+        sources = resolve.Sources(env)
         port, host = (sources.resolve_one(k).value for k in ("port", "host"))
-    except cfg.ConfigError as e:
+    except resolve.ConfigError as e:
         print(f"unhealthy: configuration error: {e}", file=sys.stderr)
         return ExitCode.UNHEALTHY
     host = "127.0.0.1" if host in ("", "0.0.0.0") else "::1" if host == "::" else host
@@ -359,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
                         stream=sys.stderr)
     try:
         p = plan()
-    except cfg.ConfigError as e:
+    except resolve.ConfigError as e:
         print(f"configuration error: {e}", file=sys.stderr)
         return ExitCode.CONFIG_ERROR
     if args.dry_run:
@@ -380,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     if p.model_source == "s3" and find_adapters(p.model_path):
         try:  # the adapters came with the download: plan again to serve them
             p = plan()
-        except cfg.ConfigError as e:
+        except resolve.ConfigError as e:
             print(f"configuration error: {e}", file=sys.stderr)
             return ExitCode.CONFIG_ERROR
         log.info("%s", next(n for n in p.notes if n.startswith("LoRA adapters")))

@@ -5,8 +5,9 @@ serving.properties), the LMI aliases users bring, extra environment names from
 the TGI/HF convention, the vLLM flag it becomes, its type and default.
 Everything else is derived from this table: the environment names
 (`OPTION_<KEY>` for the key and every alias, `SM_VLLM_<FLAG>` for the flag),
-their precedence (`rank`), the typed `Settings` object the launcher hands on,
-the dry-run report, and README's settings section (checked by a test).
+their precedence (`rank`), the dry-run report, and README's settings section
+(checked by a test). The typed `Settings` object the launcher hands on is
+written out field by field for editors; a test holds it equal to the table.
 
 Keys that are not declared here but are arguments of the installed vLLM's
 OpenAI server pass through unchanged (see `vllm_args.py`).
@@ -389,18 +390,92 @@ for _s in SETTINGS:
 BY_FLAG: dict[str, Setting] = {s.flag: s for s in SETTINGS if s.flag}
 
 
-
-def _value_type(s: Setting) -> object:
+def value_type(s: Setting) -> object:
+    """The type of a setting's effective value: what its parser returns, or None where it has no default."""
     hint = typing.get_type_hints(s.parse).get("return", object)
     return hint if s.default is not None else hint | None
 
 
-# The effective values, typed and frozen: a misspelt setting is an AttributeError, not a silent None.
-Settings = dataclasses.make_dataclass(
-    "Settings", [(s.key, _value_type(s), dataclasses.field(default=s.default, repr=not s.secret)) for s in SETTINGS],
-    frozen=True, slots=True)
-Settings.__module__ = __name__
-Settings.__doc__ = "The effective value of every declared setting (None: unset and no default)."
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """The effective value of every declared setting (None: unset and no default), typed and frozen:
+    a misspelt setting is an AttributeError, not a silent None.
+
+    SETTINGS declares them; this class writes them out so an editor sees each one. One field per
+    setting, in the table's order, typed `value_type(setting)`, with the table's default (secrets out
+    of repr): tests/test_settings.py holds the two equal."""
+    model_id: str | None = None
+    revision: str | None = None
+    tensor_parallel_size: int | str | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    quantization: str | None = None
+    trust_remote_code: bool | None = None
+    max_model_len: int | None = None
+    dtype: str | None = None
+    gpu_memory_utilization: str | None = None
+    enable_expert_parallel: bool | None = None
+    moe_backend: str | None = None
+    fp8_moe_stock_order: bool | None = None
+    fp8_moe_one_launch_quant: bool | None = None
+    moe_one_pass_topk: bool | None = None
+    flashinfer_sampler: bool = False
+    port: int = 8080
+    host: str = "0.0.0.0"
+    max_request_bytes: int = 6 * 1024 * 1024
+    client_body_timeout: int = 60
+    shutdown_timeout: int = 60
+    hf_token: str | None = dataclasses.field(default=None, repr=False)
+    api_key: str | None = dataclasses.field(default=None, repr=False)
+    engine: str | None = None
+    rolling_batch: str | None = None
+    # names LMI, the SageMaker SDK and TGI write that have no effect here
+    model_loading_timeout: str | None = None
+    predict_timeout: str | None = None
+    min_workers: str | None = None
+    max_workers: str | None = None
+    job_queue_size: str | None = None
+    batch_size: str | None = None
+    max_batch_delay: str | None = None
+    parallel_loading: str | None = None
+    async_mode: str | None = None
+    entrypoint: str | None = None
+    enable_streaming: str | None = None
+    output_formatter: str = "json"
+    tgi_compat: bool = False
+    fail_fast: str | None = None
+    task: str | None = None
+    load_models: str | None = None
+    paged_attention: str | None = None
+    max_input_tokens: str | None = None
+    max_batch_total_tokens: str | None = None
+    max_best_of: str | None = None
+    max_stop_sequences: str | None = None
+    max_top_n_tokens: str | None = None
+    messages_api_enabled: str | None = None
+    sharded: str | None = None
+    cpu_offload_gb: str | None = None
+    lora_extra_vocab_size: str | None = None
+    max_seq_len_to_capture: str | None = None
+    enable_stateful_sessions: bool = True
+    sessions_path: str | None = None
+    sessions_expiration: int | None = None
+    install_requirements: bool = True
+    download_dir: str | None = None
+    # locations (the environment only)
+    model_dir: Path = Path("/opt/ml/model")
+    cache_dir: Path = Path.home() / ".cache" / "lmi-fp8"
+    configs_dir: Path = CONFIGS_DIR
+    custom_code_dir: Path | None = None
+    custom_script_filename: str = "model.py"
+    custom_ping_handler: str | None = None
+    custom_invocation_handler: str | None = None
+    custom_pre_process: str | None = None
+    custom_post_process: str | None = None
+    custom_pre_post_process: str | None = None
+    python: str | None = None
+    cuda_compat_dir: Path = Path("/usr/local/cuda/compat")
+    driver_version_file: Path = Path("/proc/driver/nvidia/version")
 
 
 def engine_value(key: str, env: Mapping[str, str]) -> object:

@@ -391,7 +391,7 @@ MODEL_FOLDER = "tiny-qwen3-moe"  # inside the cache directory
 
 
 def default_model_dir(env: Mapping[str, str] = os.environ) -> Path:
-    from .config import cache_dir
+    from .resolve import cache_dir
     return cache_dir(env) / MODEL_FOLDER
 
 

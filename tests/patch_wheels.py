@@ -13,7 +13,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from serving.config import cache_dir
+from serving.resolve import cache_dir
 
 VLLM_VERSION = "0.32.0"
 # flavour -> (requirement, wheel file prefix)

@@ -11,7 +11,7 @@ import os
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from serving import config as cfg
+from serving import resolve
 from serving.launcher import main, plan
 
 EXAMPLES = int(os.environ.get("BAD_CONFIG_EXAMPLES", "40"))
@@ -81,11 +81,11 @@ def test_tensor_parallel_above_the_gpu_count_is_named(vllm_args, tmp_path, env):
 
     env = {"CUDA_VISIBLE_DEVICES": "0,1", "SERVING_MODEL_DIR": str(tmp_path), **env}
     ctx = Context(gpus=lambda: visible_gpus(env), gpu_build=True)
-    with pytest.raises(cfg.ConfigError) as e:
-        cfg.resolve(env, vllm_args, ctx)
+    with pytest.raises(resolve.ConfigError) as e:
+        resolve.resolve(env, vllm_args, ctx)
     assert str(e.value).startswith("tensor_parallel_size from env ")
     assert "is more than the 2 visible GPU(s); allowed: 1 to 2, or max" in str(e.value)
-    ok = cfg.resolve({**env, "OPTION_TENSOR_PARALLEL_SIZE": "2"}, vllm_args, ctx)
+    ok = resolve.resolve({**env, "OPTION_TENSOR_PARALLEL_SIZE": "2"}, vllm_args, ctx)
     assert ok.settings.tensor_parallel_size == 2
 
 
@@ -98,7 +98,7 @@ def vllm_args():
 
 
 def _refused(env: dict, tmp, vllm_args) -> str:
-    with pytest.raises(cfg.ConfigError) as e:
+    with pytest.raises(resolve.ConfigError) as e:
         plan({"SERVING_MODEL_DIR": str(tmp), **env}, vllm_args)
     line = str(e.value)
     assert "\n" not in line

@@ -12,7 +12,7 @@ import pytest
 from bench.moe.cli import build_parser
 from bench.moe.modes import MODES
 from bench.moe.shapes import TP8_SHAPES, TUNER_MS
-from serving.patch_series import installed_vllm_dir
+from serving.vllm_patches.apply import installed_vllm_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "bench" / "data"

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from serving import patch_series
+from serving.vllm_patches import apply as patch_tool
 from tools import image_build
 
 ROOT = Path(__file__).resolve().parent.parent
 
-PATCH_COMMAND = "python -m serving.patch_series apply"
+PATCH_COMMAND = "python -m serving.vllm_patches apply"
 
 
 def instructions(path: Path = ROOT / "Dockerfile") -> list[tuple[str, str]]:
@@ -91,14 +91,14 @@ def env() -> dict[str, str]:
 # --- the patch step and the patch tool --------------------------------------------------------
 
 def test_patch_step_runs_the_patch_tool_exactly():
-    runs = [a for a in of("RUN") if "patch_series" in a]
+    runs = [a for a in of("RUN") if "serving.vllm_patches" in a]
     steps = [a for a in runs if " apply" in a]
     assert steps == [PATCH_COMMAND], f"the build must run exactly `{PATCH_COMMAND}` once, as its own step: {steps}"
 
 
 def test_patch_step_uses_the_same_series_the_tool_reads():
     # The tool reads <repo root>/patches/series, the repo root being the parent of serving/.
-    assert patch_series.DEFAULT_PATCHES_DIR == ROOT / "patches"
+    assert patch_tool.DEFAULT_PATCHES_DIR == ROOT / "patches"
     assert (ROOT / "patches" / "series").is_file()
     c = copies()
     assert "patches" in c and "serving" in c, "the image must carry patches/ and serving/"
@@ -116,12 +116,12 @@ def test_patch_step_uses_the_same_series_the_tool_reads():
 
 def test_patch_tool_cli_has_apply():
     with pytest.raises(SystemExit) as e:
-        patch_series.main(["--help"])
+        patch_tool.main(["--help"])
     assert e.value.code == 0
-    assert "apply" in (ROOT / "serving" / "patch_series.py").read_text()
+    assert "apply" in (ROOT / "serving" / "vllm_patches" / "apply.py").read_text()
 
 
-CHECK_COMMAND = 'python -m serving.patch_series check --vllm-version "${VLLM_VERSION}" --expect-patches "${PATCHES}"'
+CHECK_COMMAND = 'python -m serving.vllm_patches check --vllm-version "${VLLM_VERSION}" --expect-patches "${PATCHES}"'
 
 
 def test_build_checks_the_label_against_the_applied_patches(capsys):
@@ -130,7 +130,7 @@ def test_build_checks_the_label_against_the_applied_patches(capsys):
     assert checks and checks[0] > i, f"a step after the patch step runs `{CHECK_COMMAND}`"
     # the options it passes are the patch tool's own (tests/test_patch_series.py runs them)
     with pytest.raises(SystemExit) as e:
-        patch_series.main(["check", "--help"])
+        patch_tool.main(["check", "--help"])
     assert e.value.code == 0
     usage = capsys.readouterr().out
     assert "--vllm-version" in usage and "--expect-patches" in usage
@@ -139,7 +139,7 @@ def test_build_checks_the_label_against_the_applied_patches(capsys):
 
 
 def test_patches_build_arg_matches_the_series():
-    series = patch_series.load_series(ROOT / "patches")
+    series = patch_tool.load_series(ROOT / "patches")
     assert image_build.series_patches().split(",") == [p.name.removesuffix(".patch") for p in series.patches]
     assert declared_args()["VLLM_VERSION"] == series.vllm_version == image_build.series_vllm_version()
 
@@ -198,6 +198,8 @@ def test_build_context_keeps_what_the_build_copies():
         assert src in allowed, f"COPY {src} is excluded by .dockerignore"
     for heavy in (".venv", ".git", ".cache", "bench"):
         assert heavy not in allowed
+    # The client tools (boto3, run on the user's machine) stay out of the image.
+    assert "endpoint" not in allowed and "endpoint" not in copies()
 
 
 # --- runtime contract -----------------------------------------------------------------------------

@@ -1,8 +1,10 @@
 """No module outside tests/ imports from tests/ (tools live in tools/, the harness in bench/), and the three places
-serving/ runs keep apart: the build-time patch tooling, the client tools and the container's runtime."""
+the code runs keep apart: the build-time patch tooling (serving/vllm_patches/), the client tools (endpoint/) and the
+container's runtime (the rest of serving/)."""
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -25,9 +27,22 @@ def test_no_module_imports_from_tests():
     assert not bad, bad
 
 
-# The three places the code runs. At image build: the patch tooling. On the user's machine: the client tools
-# (endpoint/, boto3, kept out of the image). In the container: the rest of serving/.
-BUILD_TIME = {"serving.patch_series", "serving.patch_format", "serving.moe_configs", "serving.paths"}
+def _module(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _path(module: str) -> Path:
+    base = ROOT.joinpath(*module.split("."))
+    return base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+
+
+# The three places the code runs. At image build: the patch tooling, every module of serving/vllm_patches/, with
+# what `python -m serving.vllm_patches` imports besides (serving/__init__.py, and serving/paths.py, the one place
+# that knows the repository root). On the user's machine: the client tools (endpoint/, boto3, kept out of the
+# image). In the container: the rest of serving/.
+PATCH_TOOLING = ROOT / "serving" / "vllm_patches"
+BUILD_TIME = {_module(p) for p in PATCH_TOOLING.rglob("*.py")} | {"serving", "serving.paths"}
 CLIENT_TOOLS = {"endpoint"}
 
 
@@ -46,17 +61,30 @@ def _imports(path: Path) -> set[str]:
     return found
 
 
-def _module(path: Path) -> str:
-    return ".".join(path.relative_to(ROOT).with_suffix("").parts)
-
-
 def test_patch_tooling_imports_only_the_standard_library():
     """The image build runs it before the runtime's packages exist: the standard library and itself only."""
-    for name in BUILD_TIME:
-        path = ROOT / (name.replace(".", "/") + ".py")
-        outside = {m for m in _imports(path) if m.split(".")[0] not in sys.stdlib_module_names
-                   and not {m, m.rpartition(".")[0]} & BUILD_TIME}
+    assert {"serving.vllm_patches.apply", "serving.vllm_patches.series", "serving.vllm_patches.moe_configs",
+            "serving.vllm_patches.__main__"} <= BUILD_TIME
+    def allowed(m: str) -> bool:
+        # `from ..paths import ROOT` reads as serving.paths.ROOT: a name of a build-time module, not a module
+        parent = m.rpartition(".")[0]
+        return (m.split(".")[0] in sys.stdlib_module_names or m in BUILD_TIME
+                or parent in BUILD_TIME and not _path(m).exists())
+
+    for name in sorted(BUILD_TIME):
+        outside = {m for m in _imports(_path(name)) if not allowed(m)}
         assert not outside, f"{name} imports {sorted(outside)}"
+
+
+def test_the_venv_is_patched_again_when_the_patch_tooling_changes():
+    """The Makefile's `.patched` rule depends on every file of the patch tooling (the image build copies serving/
+    whole, so it sees them all)."""
+    rule = next(l for l in (ROOT / "Makefile").read_text().splitlines() if l.startswith("$(VENV)/.patched:"))
+    prerequisites = set()
+    for word in re.sub(r"\$\(wildcard ([^)]*)\)", r"\1", rule.partition(":")[2]).split():
+        prerequisites |= {p.relative_to(ROOT).as_posix() for p in ROOT.glob(word)}
+    tooling = {_path(m).relative_to(ROOT).as_posix() for m in BUILD_TIME - {"serving"}}
+    assert tooling <= prerequisites, f"the .patched rule misses {sorted(tooling - prerequisites)}"
 
 
 def test_the_runtime_never_imports_the_client_tools():

@@ -13,7 +13,7 @@ import pytest
 
 from bench.moe.configs import entry_str, get_default_config, try_get_config
 from bench.moe.shapes import SHAPES, vllm_warmup_ms
-from serving.moe_configs import config_file_name, gemm_config, get_moe_configs
+from serving.vllm_patches.moe_configs import config_file_name, gemm_config, get_moe_configs
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
@@ -199,7 +199,7 @@ def _patched_vllm_fused_moe():
     except Exception as ex:  # noqa: BLE001
         pytest.skip(f"vLLM not importable here: {ex!r}")
     if not hasattr(fm, "try_get_optimal_moe_gemm_configs"):
-        pytest.fail("the installed vLLM lacks patch 0003 (run `python -m serving.patch_series apply`)")
+        pytest.fail("the installed vLLM lacks patch 0003 (run `python -m serving.vllm_patches apply`)")
     return fm
 
 
@@ -254,7 +254,7 @@ def test_vllm_warmup_reaches_every_config(monkeypatch):
     harness's copy of the lookup; and each extra size reaches a new one."""
     fm = _patched_vllm_fused_moe()
     if not hasattr(fm, "moe_warmup_token_counts"):
-        pytest.fail("the installed vLLM lacks patch 0005 (run `python -m serving.patch_series apply`)")
+        pytest.fail("the installed vLLM lacks patch 0005 (run `python -m serving.vllm_patches apply`)")
     _read_configs_from(monkeypatch, fm, CONFIGS)
     monkeypatch.setattr(fm, "_MOE_CONFIG_LOOKUPS", set())
     max_tokens = 8192

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from serving.patch_series import apply_series
+from serving.vllm_patches.apply import apply_series
 
 from patch_wheels import fresh_copy
 

@@ -24,7 +24,7 @@ def result(tmp_path_factory):
     spec = importlib.util.find_spec("vllm.model_executor.layers.fused_moe.fused_moe")
     assert spec is not None, "vLLM is not installed (make venv)"
     if "def fused_moe_kernel_split_k(" not in Path(spec.origin).read_text():
-        pytest.fail("the installed vLLM lacks patch 0004 (run `python -m serving.patch_series apply`)")
+        pytest.fail("the installed vLLM lacks patch 0004 (run `python -m serving.vllm_patches apply`)")
     # Run by path: a package named `tests` in site-packages (smdebug_rulesconfig, through sagemaker-core)
     # would shadow this folder for `python -m tests....`.
     env = dict(os.environ, TRITON_INTERPRET="1", MOE_BENCH_GEN_DIR=str(tmp_path_factory.mktemp("gen")),

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from serving import moe_configs
-from serving import patch_series as ps
+from serving.vllm_patches import apply as ps
+from serving.vllm_patches import moe_configs
 
 from patch_wheels import fresh_copy, pristine_sources
 
@@ -31,7 +31,7 @@ NO_CONFIGS = Path(tempfile.mkdtemp(prefix="lmi-no-configs-"))
 def cli(*args: str) -> subprocess.CompletedProcess:
     if args[0] in ("apply", "check") and "--configs" not in args:
         args = (*args, "--configs", str(NO_CONFIGS))
-    return subprocess.run([sys.executable, "-m", "serving.patch_series", *args],
+    return subprocess.run([sys.executable, "-m", "serving.vllm_patches", *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
 
 

@@ -11,10 +11,10 @@ README = (ROOT / "README.md").read_text()
 
 
 def test_readme_patch_table_is_the_tools_listing():
-    out = subprocess.run([sys.executable, "-m", "serving.patch_series", "list", "--markdown"], cwd=ROOT,
+    out = subprocess.run([sys.executable, "-m", "serving.vllm_patches", "list", "--markdown"], cwd=ROOT,
                          capture_output=True, text=True, timeout=60, check=True).stdout
     table = "\n".join(l for l in out.splitlines() if l.startswith("|"))
-    assert table in README, "README's patch table is stale: paste `python -m serving.patch_series list --markdown`"
+    assert table in README, "README's patch table is stale: paste `python -m serving.vllm_patches list --markdown`"
 
 
 def test_two_commands_and_ci_runs_the_readme_test_command():

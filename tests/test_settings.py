@@ -5,18 +5,19 @@ parser; one dry run runs `python -m serving --dry-run` as users would, the other
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
 import pytest
 
-from serving import config as cfg
-from serving import launcher
-from serving.settings import SETTINGS, markdown_table
+from serving import launcher, resolve
+from serving.settings import SETTINGS, Settings, markdown_table, value_type
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -91,7 +92,7 @@ def test_lmi_engine_line_is_accepted(va, model_dir):
 def test_stock_moe_order_switch_reaches_the_engine_environment(va, model_dir, name):
     assert plan(va, model_dir, {name: "true"}).env["LMI_FP8_MOE_STOCK_ORDER"] == "1"
     assert plan(va, model_dir, {name: "off"}).env["LMI_FP8_MOE_STOCK_ORDER"] == "0"
-    with pytest.raises(cfg.ConfigError, match=f"fp8_moe_stock_order from env {name}: 'sometimes' is not a boolean"):
+    with pytest.raises(resolve.ConfigError, match=f"fp8_moe_stock_order from env {name}: 'sometimes' is not a boolean"):
         plan(va, model_dir, {name: "sometimes"})
 
 
@@ -102,7 +103,8 @@ def test_one_launch_quant_switch_reaches_the_engine_environment(va, model_dir, n
     assert plan(va, model_dir, {name: "false"}).env["LMI_FP8_MOE_ONE_LAUNCH_QUANT"] == "0"
     assert plan(va, model_dir, {name: "on"}).env["LMI_FP8_MOE_ONE_LAUNCH_QUANT"] == "1"
     assert "LMI_FP8_MOE_ONE_LAUNCH_QUANT" not in plan(va, model_dir, {}).env
-    with pytest.raises(cfg.ConfigError, match=f"fp8_moe_one_launch_quant from env {name}: 'maybe' is not a boolean"):
+    match = f"fp8_moe_one_launch_quant from env {name}: 'maybe' is not a boolean"
+    with pytest.raises(resolve.ConfigError, match=match):
         plan(va, model_dir, {name: "maybe"})
 
 
@@ -113,7 +115,7 @@ def test_one_pass_topk_switch_reaches_the_engine_environment(va, model_dir, name
     assert plan(va, model_dir, {name: "off"}).env["LMI_MOE_ONE_PASS_TOPK"] == "0"
     assert plan(va, model_dir, {name: "true"}).env["LMI_MOE_ONE_PASS_TOPK"] == "1"
     assert "LMI_MOE_ONE_PASS_TOPK" not in plan(va, model_dir, {}).env
-    with pytest.raises(cfg.ConfigError, match=f"moe_one_pass_topk from env {name}: 'maybe' is not a boolean"):
+    with pytest.raises(resolve.ConfigError, match=f"moe_one_pass_topk from env {name}: 'maybe' is not a boolean"):
         plan(va, model_dir, {name: "maybe"})
 
 def test_hf_model_id_is_the_model(va, model_dir):
@@ -152,7 +154,7 @@ def test_tp_max_counts_visible_gpus(va, model_dir):
 
 
 def test_tp_max_without_gpus_is_an_error(va, model_dir):
-    with pytest.raises(cfg.ConfigError, match="tensor_parallel_size from env SM_NUM_GPUS: 'max' needs"):
+    with pytest.raises(resolve.ConfigError, match="tensor_parallel_size from env SM_NUM_GPUS: 'max' needs"):
         plan(va, model_dir, {"SM_NUM_GPUS": "max", "CUDA_VISIBLE_DEVICES": ""})
 
 
@@ -202,7 +204,7 @@ def test_pass_through_of_an_undeclared_vllm_argument(va, model_dir):
     ({"OPTION_MODEL_ID": "/no/such/folder"}, None, r"model_id from env OPTION_MODEL_ID: local folder /no/such/folder does not exist"),
 ])
 def test_errors_name_key_source_and_what_is_allowed(va, model_dir, env, props, match):
-    with pytest.raises(cfg.ConfigError, match=match):
+    with pytest.raises(resolve.ConfigError, match=match):
         plan(va, model_dir, env, props)
 
 
@@ -264,6 +266,25 @@ def test_readme_settings_table_matches_the_settings_model():
     assert markdown_table() in readme, "README's settings table is stale: paste serving.settings.markdown_table()"
 
 
+def test_settings_class_is_the_table():
+    """Settings is written out for editors; the table stays the one declaration: one field per setting, in its
+    order, typed as its parser returns (or None without a default), the table's default, secrets out of repr."""
+    fields = dataclasses.fields(Settings)
+    hints = typing.get_type_hints(Settings)
+    assert [f.name for f in fields] == [s.key for s in SETTINGS], "Settings' fields are not the table's keys"
+    wrong = []
+    for f, s in zip(fields, SETTINGS):
+        if hints[f.name] != value_type(s):
+            wrong.append(f"{f.name}: type {hints[f.name]}, the table says {value_type(s)}")
+        if f.default_factory is not dataclasses.MISSING or type(f.default) is not type(s.default) \
+                or f.default != s.default:
+            wrong.append(f"{f.name}: default {f.default!r}, the table says {s.default!r}")
+        if f.repr == s.secret:
+            wrong.append(f"{f.name}: repr={f.repr}, the table says secret={s.secret}")
+    assert not wrong, wrong
+    assert Settings.__dataclass_params__.frozen and not hasattr(Settings(), "__dict__"), "frozen, slots"
+
+
 def _dry_run(env_extra, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPTION_", "SM_VLLM_", "HF_"))}
     env.update({"SERVING_MODEL_DIR": str(tmp_path), **env_extra})
@@ -310,7 +331,7 @@ def test_precedence_levels_and_names(va, model_dir):
         env.pop(won)
     assert order == ["OPTION_TENSOR_PARALLEL_SIZE", "OPTION_TENSOR_PARALLEL_DEGREE", "SM_VLLM_TENSOR_PARALLEL_SIZE",
                      "TENSOR_PARALLEL_DEGREE", "SM_NUM_GPUS", "NUM_SHARD"]
-    assert order == list(cfg.TABLE["tensor_parallel_size"].env_names), "the table lists names strongest first"
+    assert order == list(resolve.TABLE["tensor_parallel_size"].env_names), "the table lists names strongest first"
 
 
 def test_cpu_kv_cache_default_is_a_source_the_user_overrides(va, model_dir):
@@ -347,13 +368,13 @@ def test_locations_are_read_through_the_table(va, model_dir, tmp_path):
     p = plan(va, model_dir, {"LMI_CONFIGS_DIR": str(tmp_path / "none")})
     assert "VLLM_TUNED_CONFIG_FOLDER" not in p.env or p.env["VLLM_TUNED_CONFIG_FOLDER"] == os.environ.get(
         "VLLM_TUNED_CONFIG_FOLDER")
-    with pytest.raises(cfg.ConfigError, match=r"model_dir from .*serving.properties:1: a location is set in the "
+    with pytest.raises(resolve.ConfigError, match=r"model_dir from .*serving.properties:1: a location is set in the "
                                               r"environment only \(SERVING_MODEL_DIR\)"):
         plan(va, model_dir, props="option.model_dir=/elsewhere\n")
 
 
 def test_entrypoint_uses_the_tables_python_name(tmp_path):
-    (name,) = cfg.TABLE["python"].env_names
+    (name,) = resolve.TABLE["python"].env_names
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPTION_", "SM_VLLM_", "HF_"))}
     r = subprocess.run([str(ROOT / "entrypoint.sh"), "serve", "--dry-run"], env={**env, name: "/bin/echo"},
                        capture_output=True, text=True, timeout=30)
@@ -364,7 +385,7 @@ def test_request_limit_has_one_default_and_one_parser():
     from serving.lmi import middleware
     from serving.settings import SettingValueError
 
-    s = cfg.TABLE["max_request_bytes"]
+    s = resolve.TABLE["max_request_bytes"]
     assert middleware.DEFAULT_MAX_REQUEST_BYTES == s.default and middleware.LIMIT_ENV == s.engine_env
     assert middleware.max_request_bytes({s.engine_env: "4096"}) == 4096
     with pytest.raises(SettingValueError, match=r"SERVING_MAX_REQUEST_BYTES='-1': '-1' must be a positive integer"):
@@ -542,7 +563,7 @@ def test_lmi_top_level_keys_in_serving_properties(va, model_dir):
                                                          r"'my_formatter' is not supported.*allowed: json, jsonlines"),
 ])
 def test_what_cannot_be_honoured_is_refused_saying_what_to_use(va, model_dir, env, props, match):
-    with pytest.raises(cfg.ConfigError, match=match):
+    with pytest.raises(resolve.ConfigError, match=match):
         plan(va, model_dir, env, props)
 
 
@@ -569,7 +590,7 @@ def test_tp_defaults_to_every_visible_gpu_and_says_so(va, model_dir):
     p = plan(va, model_dir)
     assert argv_value(p, "--tensor-parallel-size") == "1"
     assert "setting tensor_parallel_size=1  [default (CPU build: 1); vLLM --tensor-parallel-size]" in launcher.report(p)
-    user = cfg.Sources({"SERVING_MODEL_DIR": str(model_dir)}, va).resolve()
+    user = resolve.Sources({"SERVING_MODEL_DIR": str(model_dir)}, va).resolve()
     d = launcher.tp_default({"CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"}, cpu_build=False)
     assert (d.raw, d.why) == ("8", "every visible GPU: 8, counted by CUDA_VISIBLE_DEVICES")
     d = launcher.tp_default({"CUDA_VISIBLE_DEVICES": ""}, cpu_build=False)
@@ -577,7 +598,7 @@ def test_tp_defaults_to_every_visible_gpu_and_says_so(va, model_dir):
     defaults = launcher.context_defaults("hub", user, {"CUDA_VISIBLE_DEVICES": "0,1"}, cpu_build=False)
     assert [(d.key, d.raw) for d in defaults] == [("tensor_parallel_size", "2")]
     # A degree the user set is left alone.
-    user = cfg.Sources({"SERVING_MODEL_DIR": str(model_dir), "SM_NUM_GPUS": "1"}, va).resolve()
+    user = resolve.Sources({"SERVING_MODEL_DIR": str(model_dir), "SM_NUM_GPUS": "1"}, va).resolve()
     assert launcher.context_defaults("hub", user, {"CUDA_VISIBLE_DEVICES": "0,1"}, cpu_build=False) == []
 
 
@@ -598,7 +619,7 @@ def test_adapters_in_the_model_folder_turn_lora_on(va, model_dir):
     # The user's own LoRA settings win.
     assert argv_value(plan(va, model_dir, {"OPTION_MAX_LORA_RANK": "64"}), "--max-lora-rank") == "64"
     (model_dir / "adapters" / "b" / "adapter_config.json").write_text("{}")
-    with pytest.raises(cfg.ConfigError, match=r"adapters from .*adapters/b/adapter_config.json: not a LoRA adapter"):
+    with pytest.raises(resolve.ConfigError, match=r"adapters from .*adapters/b/adapter_config.json: not a LoRA "):
         plan(va, model_dir)
 
 

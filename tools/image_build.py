@@ -45,8 +45,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from serving.patch_format import load_series
 from serving.paths import ROOT
+from serving.vllm_patches.series import load_series
 
 BASE_IMAGE = "localhost/lmi-base:bookworm"
 TEST_IMAGE = "localhost/lmi-fp8-moe:cpu-test"
@@ -69,7 +69,7 @@ CPU_BUILD_ARGS = {
 GPU_BUILD_ARGS = {"BASE_IMAGE": BASE_IMAGE, "REQUIREMENTS": "requirements/gpu.lock", "PIP_DEPS": "--no-deps",
                   "PIP_UNINSTALL": ""}
 GPU_CHECKS = (
-    ("patch record", ["python", "-m", "serving.patch_series", "check"]),
+    ("patch record", ["python", "-m", "serving.vllm_patches", "check"]),
     ("imports", ["python", "-c", "import torch, vllm, torchvision; print('torch', torch.__version__, 'CUDA', "
                  "torch.version.cuda, 'vllm', vllm.__version__, 'torchvision', torchvision.__version__)"]),
     ("dry run", ["python", "-m", "serving", "--dry-run"]),

@@ -9,8 +9,8 @@ or patched): ``fused_moe_kernel`` and the jit helpers it calls are cut out with
 ``ast`` and written to a generated module (kernel_source), so the kernel that
 runs is byte-for-byte vLLM's. Everything around it is ours and mirrors vLLM 0.32:
 the launch (launch: moe_align_block_size, the expert assignment, swap-AB) and
-the config lookup (configs, on serving/moe_configs.py: tuned folder first, then
-vLLM's own configs/, nearest key, else the fp8 default).
+the config lookup (configs, on serving/vllm_patches/moe_configs.py: tuned
+folder first, then vLLM's own configs/, nearest key, else the fp8 default).
 
 Modes (modes/, see --mode): smoke, jit, tune, gtune, probe, bench. Every
 configuration is checked against a float32 reference on random inputs (outputs

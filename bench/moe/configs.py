@@ -3,15 +3,15 @@
 vLLM's lookup (tuned folder first, then vLLM's own configs/, nearest key, else
 the fp8 default; ONE config per M shared by w13 and w2 unless patch 0003's
 per-GEMM dicts say otherwise): the file name, folders, nearest entry and
-per-GEMM resolution are serving/moe_configs.py's; ``get_default_config`` mirrors
-fused_moe.py's CUDA branch.
+per-GEMM resolution are serving/vllm_patches/moe_configs.py's;
+``get_default_config`` mirrors fused_moe.py's CUDA branch.
 """
 from __future__ import annotations
 
 import os
 import re
 
-from serving.moe_configs import GEMM_NAMES, gemm_config, get_moe_configs, nearest_config
+from serving.vllm_patches.moe_configs import GEMM_NAMES, gemm_config, get_moe_configs, nearest_config
 
 
 CFG_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")

@@ -21,7 +21,7 @@ import argparse
 import json
 import os
 
-from serving.moe_configs import config_file_name, get_moe_configs
+from serving.vllm_patches.moe_configs import config_file_name, get_moe_configs
 
 from .configs import cfg_clean, cfg_str, entry_str, try_get_config
 from .shapes import SHAPES, TUNER_MS

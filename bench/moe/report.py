@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 
-from serving.moe_configs import config_file_name, get_moe_configs, nearest_config
+from serving.paths import CONFIGS_DIR
+from serving.vllm_patches.moe_configs import config_file_name, get_moe_configs, nearest_config
 
 from .configs import entry_str
 from .shapes import SHAPES, TP8_SHAPES, gemm_dims
@@ -153,8 +153,7 @@ def main(argv=None):
     ap.add_argument("--bench", required=True)
     ap.add_argument("--jit", nargs="*", default=[], help="jit_*.json runs to tabulate (none: the bench alone)")
     ap.add_argument("--shapes", default=None, help="comma list: tabulate these shapes of the bench only")
-    ap.add_argument("--configs-dir", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                                                          "configs"), help="the shipped configs (default: configs/)")
+    ap.add_argument("--configs-dir", default=str(CONFIGS_DIR), help="the shipped configs (default: configs/)")
     args = ap.parse_args(argv)
     t, summary = bench_tables(args.bench, args.configs_dir, args.shapes.split(",") if args.shapes else None)
     print(t)

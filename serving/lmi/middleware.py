@@ -259,7 +259,7 @@ class LMIMiddleware:
     async def _lmi(self, scope, receive, send, doc) -> None:
         from starlette.requests import Request
         from starlette.responses import StreamingResponse
-        from vllm.entrypoints.openai.completion.protocol import CompletionRequest, CompletionResponse
+        from vllm.entrypoints.openai.completion.protocol import CompletionResponse
         from vllm.entrypoints.serve.engine.protocol import ErrorResponse
 
         req = schema.parse(doc)
@@ -270,17 +270,13 @@ class LMIMiddleware:
             raise LMIError("inputs: this model does not generate text, so LMI bodies cannot be served; "
                            "use the body kind its task takes", "inputs")
         header_adapter = _adapter_header(scope)
-        body_adapter = req.adapters[0] if isinstance(req.adapters, list) else req.adapters
+        body_adapter = _body_adapter(req)
         if header_adapter and body_adapter and header_adapter != body_adapter:
             raise LMIError(f"adapters: {body_adapter!r} differs from the X-Amzn-SageMaker-Adapter-Identifier header "
                            f"({header_adapter!r}); send one of them", "adapters")
         raw_request = Request(scope, receive)
         _check_session(raw_request)
-        fields = translate.to_completion(req, handler.model_config.max_model_len, body_adapter or header_adapter)
-        try:
-            creq = CompletionRequest.model_validate(fields)
-        except Exception as e:  # vLLM's own checks on the translated values
-            raise translate.vllm_error(_first_line(e), getattr(e, "parameter", None), 400) from None
+        creq = _completion_request(req, handler, body_adapter or header_adapter)
 
         tokenizer = getattr(getattr(handler, "renderer", None), "tokenizer", None)
         if req.stream:
@@ -324,13 +320,7 @@ class LMIMiddleware:
             if kind == "lmi":
                 req = schema.parse(doc)
                 handler = state.openai_serving_completion
-                header = _adapter_header(scope)
-                adapter = (req.adapters[0] if isinstance(req.adapters, list) else req.adapters) or header
-                fields = translate.to_completion(req, handler.model_config.max_model_len, adapter)
-                try:
-                    creq = CompletionRequest.model_validate(fields)
-                except Exception as e:  # vLLM's own checks on the translated values
-                    raise translate.vllm_error(_first_line(e), getattr(e, "parameter", None), 400) from None
+                creq = _completion_request(req, handler, _body_adapter(req) or _adapter_header(scope))
                 call = handler.create_completion
             else:
                 adapter = _openai_adapter(scope, doc)
@@ -397,6 +387,23 @@ def _custom_invocation_handler() -> bool:
     @custom_invocation_handler, or custom_sagemaker_invocation_handler in model.py)."""
     from model_hosting_container_standards.common.handler.registry import handler_registry
     return handler_registry.has_handler("invoke")
+
+
+def _body_adapter(req) -> str | None:
+    """The adapter an LMI body names (a list of inputs names one, or the same one for each)."""
+    return req.adapters[0] if isinstance(req.adapters, list) else req.adapters
+
+
+def _completion_request(req, handler, adapter: str | None):
+    """An LMI request as vLLM's CompletionRequest for `handler`; vLLM's own checks on the translated values
+    fail as vLLM's error."""
+    from vllm.entrypoints.openai.completion.protocol import CompletionRequest
+
+    fields = translate.to_completion(req, handler.model_config.max_model_len, adapter)
+    try:
+        return CompletionRequest.model_validate(fields)
+    except Exception as e:
+        raise translate.vllm_error(_first_line(e), getattr(e, "parameter", None), 400) from None
 
 
 def _adapter_header(scope) -> str | None:

@@ -11,7 +11,7 @@ import time
 import torch
 
 from ..context import RunContext
-from serving.moe_configs import config_file_name
+from serving.vllm_patches.moe_configs import config_file_name
 
 from ..configs import GEMM_NAMES, cfg_str, entry_str, gemm_config, get_moe_configs, try_get_config
 from ..kernel_source import kernel_decorator_text

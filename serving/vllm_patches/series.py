@@ -3,8 +3,8 @@
 patches/series names the vLLM release (`vllm-version X.Y.Z`) and the patches in
 order. Each patch is a unified diff with paths a/vllm/... and b/vllm/...,
 preceded by a DEP-3 style header (Description, Origin, Forwarded,
-Applied-Upstream, Last-Update, X-Post-Condition). serving/patch_series.py
-applies and checks them.
+Applied-Upstream, Last-Update, X-Post-Condition). apply.py applies and checks
+them.
 
 Standard library only (the image build runs it before anything imports vLLM).
 """
@@ -16,7 +16,7 @@ import hashlib
 import re
 from pathlib import Path
 
-from .paths import PATCHES_DIR
+from ..paths import PATCHES_DIR
 
 DEFAULT_PATCHES_DIR = PATCHES_DIR
 

@@ -1,8 +1,8 @@
-"""Apply the project's patch series (patches/series) to an installed vLLM.
+"""Apply the project's patch series (patches/series) to an installed vLLM, and check it.
 
-    python -m serving.patch_series apply [--target DIR]   # DIR: a vllm package dir
-    python -m serving.patch_series check [--target DIR] [--vllm-version X --expect-patches A,B]
-    python -m serving.patch_series list [--markdown]
+    python -m serving.vllm_patches apply [--target DIR]   # DIR: a vllm package dir
+    python -m serving.vllm_patches check [--target DIR] [--vllm-version X --expect-patches A,B]
+    python -m serving.vllm_patches list [--markdown]
 
 The series is made for one vLLM release (the `vllm-version` line in
 patches/series); another release is refused. Each patch is a unified diff with
@@ -18,7 +18,7 @@ accepted only when the context occurs once); nothing is written unless the
 whole series and every post-condition succeed in memory. Swap-AB (vllm PR
 #36559, upstream since 0.25) is not patched: the tool checks that it is
 present and that it fires for decode batch sizes of the H200 FP8 configs in
-configs/ (serving/moe_configs.py holds what a config means). The result is
+configs/ (moe_configs.py holds what a config means). The result is
 recorded in <vllm>/_lmi_patches.json (read_record()); `check` with
 --vllm-version/--expect-patches also compares the record with the image's build
 arguments.
@@ -46,10 +46,10 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from ..paths import CONFIGS_DIR
 from .moe_configs import MoEConfigError, find_function, verify_swap_ab
-from .patch_format import (DEFAULT_PATCHES_DIR, EXIT_REFUSED, Hunk, Patch,
-                           PatchSeriesError, Series, load_series)
-from .paths import CONFIGS_DIR
+from .series import (DEFAULT_PATCHES_DIR, EXIT_REFUSED, Hunk, Patch,
+                     PatchSeriesError, Series, load_series)
 
 DEFAULT_CONFIGS_DIR = CONFIGS_DIR
 RECORD_NAME = "_lmi_patches.json"
@@ -420,7 +420,7 @@ def apply_series(target: Path | str | None = None,
 
     record = {
         "record_format": RECORD_FORMAT,
-        "tool": "serving.patch_series",
+        "tool": "serving.vllm_patches",
         "vllm_version": version,
         "vllm_dir": str(target),
         "applied_at": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -507,7 +507,7 @@ def list_series(patches_dir: Path | str = DEFAULT_PATCHES_DIR, markdown: bool = 
                  "vllm PR #36559", "-", "0.25.0"))
     if markdown:
         out = [f"Patch series for vLLM {series.vllm_version} "
-               "(`python -m serving.patch_series list --markdown`).", "",
+               "(`python -m serving.vllm_patches list --markdown`).", "",
                "| Patch | What | Origin | Forwarded | Upstream status |",
                "|---|---|---|---|---|"]
         for name, what, origin, fwd, upstream in rows:
@@ -525,7 +525,7 @@ def list_series(patches_dir: Path | str = DEFAULT_PATCHES_DIR, markdown: bool = 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m serving.patch_series",
+        prog="python -m serving.vllm_patches",
         description="Apply or check the LMI patch series on a vLLM package.")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, help_text in (("apply", "apply the series (idempotent)"),
@@ -556,10 +556,6 @@ def main(argv: list[str] | None = None) -> int:
         else:
             sys.stdout.write(list_series(args.patches, args.markdown))
     except PatchSeriesError as e:
-        print(f"patch_series {args.command}: {e}", file=sys.stderr)
+        print(f"vllm_patches {args.command}: {e}", file=sys.stderr)
         return e.exit_code
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from .apply import main
+
+sys.exit(main())
