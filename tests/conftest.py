@@ -7,6 +7,7 @@ shared one after its other users.
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Any, Callable
 
@@ -25,6 +26,11 @@ PLANTED_SECRETS = {
     "OPTION_API_KEY": "sk-PLANTEDapiKEY4242",  # a setting marked secret: vLLM then guards /v1 with it
 }
 
+
+# The session's server runs every default, compiled execution included. The other servers test what does not
+# depend on it and serve eager: a boot then skips torch.compile, 13 of its CPU-seconds here (init engine 14.3 s
+# compiled, 1.2 s eager).
+EAGER = {"OPTION_ENFORCE_EAGER": "true"}
 
 # (server, seconds from its spawn to /ping 200) of every server the session started
 READY_TIMES: list[tuple[str, float]] = []
@@ -75,10 +81,12 @@ def pytest_terminal_summary(terminalreporter):
 
 # -- early starts --------------------------------------------------------------------------------
 # Starting an engine is most of an engine test's time, and leaves a core idle (the server's processes import
-# one after another). So what the selected tests share is spawned when the session starts and boots while the
-# tests that need no engine run, which go first; the fixtures then wait for it.
+# one after another). So every server the selected tests will use is spawned while the tests that need no engine
+# run, which go first; the fixtures then wait for it. A server holds about 2 GiB, so the next one is spawned only
+# while the machine has EARLY_MEMORY_FLOOR available; a test that needs a server not yet spawned spawns it itself.
 
 EARLY: dict[str, Callable[[Path], Any]] = {}  # fixture name -> its start, fn(tmp) -> an object with .proc
+EARLY_MEMORY_FLOOR = 5 << 30  # bytes of MemAvailable
 
 
 def starts_early(fixture: str):
@@ -89,21 +97,57 @@ def starts_early(fixture: str):
     return register
 
 
+def _memory_available() -> int:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+class EarlyStarts:
+    """The selected early starts, spawned in registration order by a thread, each once memory allows."""
+
+    def __init__(self, names: list[str], mktemp: Callable[[str], Path]):
+        self.started: dict[str, Any] = {}
+        self._mktemp = mktemp
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._spawn_all, args=(names,), daemon=True)
+        self._thread.start()
+
+    def _spawn_all(self, names: list[str]) -> None:
+        for name in names:
+            while _memory_available() < EARLY_MEMORY_FLOOR and not self._closed.wait(1):
+                pass
+            self.get(name)
+
+    def get(self, name: str) -> Any:
+        """The start of `name`, spawned now if the thread has not reached it (one spawn per name)."""
+        with self._lock:
+            if name not in self.started and not self._closed.is_set():
+                self.started[name] = EARLY[name](self._mktemp(name))
+            return self.started[name]
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed.set()
+        self._thread.join()
+        for obj in self.started.values():
+            stop(obj.proc)
+
+
 @pytest.fixture(scope="session", autouse=True)
-def early_starts(request, tmp_path_factory) -> dict[str, Any]:
+def early_starts(request, tmp_path_factory) -> EarlyStarts:
     used = {name for item in request.session.items for name in item.fixturenames}
-    started = {name: fn(tmp_path_factory.mktemp(name)) for name, fn in EARLY.items() if name in used}
-    yield started
-    for obj in started.values():
-        stop(obj.proc)
+    starts = EarlyStarts([name for name in EARLY if name in used], tmp_path_factory.mktemp)
+    yield starts
+    starts.close()
 
 
 def early(request, name: str) -> Any:
-    """The early start of fixture `name`, or (not started early: e.g. requested dynamically) a start now."""
-    started = request.getfixturevalue("early_starts")
-    if name not in started:
-        started[name] = EARLY[name](request.getfixturevalue("tmp_path_factory").mktemp(name))
-    return started[name]
+    """The early start of fixture `name` (spawned now if it was not yet, e.g. a fixture requested dynamically)."""
+    return request.getfixturevalue("early_starts").get(name)
 
 
 def pytest_collection_modifyitems(items):
@@ -136,7 +180,7 @@ def _adapter_server(tmp: Path) -> Server:
 
     mdir = adapter_model_dir(tmp / "model")
     return spawn_server(tmp, {"SERVING_MODEL_DIR": str(mdir), "OPTION_ENABLE_STATEFUL_SESSIONS": "true",
-                              "OPTION_ENABLE_AUTO_TOOL_CHOICE": "true", "OPTION_TOOL_CALL_PARSER": "hermes"})
+                              "OPTION_ENABLE_AUTO_TOOL_CHOICE": "true", "OPTION_TOOL_CALL_PARSER": "hermes", **EAGER})
 
 
 @pytest.fixture(scope="session")
@@ -198,18 +242,22 @@ def moto_env():
 STALL_BOUND_S = 3  # client_body_timeout of user_code_server: short, so the stalled-client tests run in seconds
 
 
+@starts_early("user_code_server")
+def _user_code_server(tmp: Path) -> Server:
+    from user_code import lmi_model_folder
+
+    mdir = lmi_model_folder(tmp / "model")
+    return spawn_server(tmp, {"SERVING_MODEL_DIR": str(mdir), "LMI_CACHE_DIR": str(tmp / "cache"),
+                              "PIP_NO_INDEX": "1", "OPTION_CLIENT_BODY_TIMEOUT": str(STALL_BOUND_S),
+                              "CUSTOM_FASTAPI_PING_HANDLER": "lmi_fixture_greeting:ping", **EAGER})
+
+
 @pytest.fixture(scope="session")
-def user_code_server(tmp_path_factory) -> Server:
+def user_code_server(request) -> Server:
     """The tiny model in a model folder with LMI users' code (tests/user_code.py: model.py with LMI's
     documented formatter examples, requirements.txt installed from the wheel folder beside it, no index),
     a /ping handler from that package named by AWS's vLLM image's CUSTOM_FASTAPI_PING_HANDLER, and a
     short client_body_timeout."""
-    from user_code import lmi_model_folder
-
-    tmp = tmp_path_factory.mktemp("user-code")
-    mdir = lmi_model_folder(tmp / "model")
-    srv = start_launcher(tmp, {"SERVING_MODEL_DIR": str(mdir), "LMI_CACHE_DIR": str(tmp / "cache"),
-                               "PIP_NO_INDEX": "1", "OPTION_CLIENT_BODY_TIMEOUT": str(STALL_BOUND_S),
-                               "CUSTOM_FASTAPI_PING_HANDLER": "lmi_fixture_greeting:ping"})
+    srv = await_server(early(request, "user_code_server"), "user_code_server")
     yield srv
     stop(srv.proc)

@@ -17,11 +17,12 @@ import os
 import signal
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
 
-from conftest import start_launcher, stop
+from conftest import EAGER, Server, await_server, early, spawn_server, starts_early, stop
 from serving.tiny_model import TinySpec, ensure
 
 pytestmark = pytest.mark.engine
@@ -78,11 +79,21 @@ class Stream(threading.Thread):
             self.first.set()
 
 
-def test_sigterm_drains_in_flight_streams_then_exits_0(tmp_path):
+@starts_early("drain_server")
+def _drain_server(tmp: Path) -> Server:
     # The tiny model with room for the long stream's positions (the embedded one has 2,048).
-    model = ensure(tmp_path / "long-context", TinySpec(max_position=LONG + 1024))
-    srv = start_launcher(tmp_path, {"OPTION_SHUTDOWN_TIMEOUT": str(DRAIN_S), "OPTION_MODEL_ID": str(model),
-                                    "OPTION_MAX_MODEL_LEN": str(LONG + 1024)})
+    model = ensure(tmp / "long-context", TinySpec(max_position=LONG + 1024))
+    return spawn_server(tmp, {"OPTION_SHUTDOWN_TIMEOUT": str(DRAIN_S), "OPTION_MODEL_ID": str(model),
+                              "OPTION_MAX_MODEL_LEN": str(LONG + 1024), **EAGER})
+
+
+@pytest.fixture
+def drain_server(request) -> Server:
+    return await_server(early(request, "drain_server"), "drain_server")
+
+
+def test_sigterm_drains_in_flight_streams_then_exits_0(drain_server):
+    srv = drain_server
     try:
         with httpx.Client(base_url=srv.url, timeout=120) as c:
             want = {p: c.post("/invocations", json=_lmi_body(p, SHORT, False)).json()["generated_text"]

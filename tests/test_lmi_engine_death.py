@@ -10,12 +10,13 @@ import json
 import threading
 import time
 import urllib.request
+from pathlib import Path
 
 import httpx
 import psutil
 import pytest
 
-from conftest import start_launcher, stop
+from conftest import EAGER, Server, await_server, early, spawn_server, starts_early, stop
 
 pytestmark = pytest.mark.engine
 
@@ -121,10 +122,20 @@ def test_engine_death_under_load_exits_nonzero_promptly(server):
         _assert_ends_with_error_record(s)
 
 
-def test_tp2_worker_rank_death_does_not_hang(tmp_path):
+@starts_early("tp2_server")
+def _tp2_server(tmp: Path) -> Server:
+    return spawn_server(tmp, {"OPTION_TENSOR_PARALLEL_DEGREE": "2", "VLLM_CPU_OMP_THREADS_BIND": "0|1",
+                              "OPTION_KV_CACHE_MEMORY_BYTES": "268435456", **EAGER})
+
+
+@pytest.fixture
+def tp2_server(request) -> Server:
+    return await_server(early(request, "tp2_server"), "tp2_server")
+
+
+def test_tp2_worker_rank_death_does_not_hang(tp2_server):
     """Tensor parallel 2 on the CPU engine (one core per rank); SIGKILL rank 1's worker mid-load."""
-    srv = start_launcher(tmp_path, {"OPTION_TENSOR_PARALLEL_DEGREE": "2", "VLLM_CPU_OMP_THREADS_BIND": "0|1",
-                                    "OPTION_KV_CACHE_MEMORY_BYTES": "268435456"})
+    srv = tp2_server
     try:
         assert "tensor_parallel_size=2" in srv.log()
         rc, elapsed, pings, streams = _kill_mid_load(

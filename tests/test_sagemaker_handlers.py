@@ -15,11 +15,12 @@ import os
 import signal
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
 
-from conftest import PLANTED_SECRETS, start_launcher, stop
+from conftest import EAGER, PLANTED_SECRETS, Server, await_server, early, spawn_server, starts_early, stop
 from user_code import THIRD_PARTY, model_folder
 
 pytestmark = pytest.mark.engine
@@ -34,18 +35,22 @@ async def mark(response):
     return response
 '''
 DRAIN_S = 20
-V1_AUTH = {"Authorization": f"Bearer {PLANTED_SECRETS['OPTION_API_KEY']}"}  # the api_key start_launcher plants
+V1_AUTH = {"Authorization": f"Bearer {PLANTED_SECRETS['OPTION_API_KEY']}"}  # the api_key every test server gets (conftest.PLANTED_SECRETS)
 
 
-@pytest.fixture(scope="module")
-def handlers_server(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("mhcs")
+@starts_early("handlers_server")
+def _handlers_server(tmp: Path) -> Server:
     mdir = model_folder(tmp / "model", {"model.py": EXAMPLES / "handlers_discovery.py",
                                         "preprocessing_postprocessing.py": EXAMPLES / "preprocessing_postprocessing.py",
                                         "post.py": POST_PY})
-    srv = start_launcher(tmp, {"SERVING_MODEL_DIR": str(mdir), "OPTION_SHUTDOWN_TIMEOUT": str(DRAIN_S),
-                               "CUSTOM_PRE_PROCESS": "preprocessing_postprocessing.py:custom_pre_process",
-                               "CUSTOM_POST_PROCESS": "post.py:mark"})
+    return spawn_server(tmp, {"SERVING_MODEL_DIR": str(mdir), "OPTION_SHUTDOWN_TIMEOUT": str(DRAIN_S),
+                              "CUSTOM_PRE_PROCESS": "preprocessing_postprocessing.py:custom_pre_process",
+                              "CUSTOM_POST_PROCESS": "post.py:mark", **EAGER})
+
+
+@pytest.fixture(scope="module")
+def handlers_server(request) -> Server:
+    srv = await_server(early(request, "handlers_server"), "handlers_server")
     yield srv
     stop(srv.proc)
 
