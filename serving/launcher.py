@@ -1,6 +1,6 @@
 """Turn the resolved settings into the engine command, report it, and become the engine.
 
-    python -m serving                # resolve, fetch the model if needed, exec vLLM's OpenAI server
+    python -m serving                # resolve, fetch the model if needed, exec `vllm serve` (vLLM's OpenAI server)
     python -m serving --dry-run      # resolve and print each setting with its source, then the command
     python -m serving --healthcheck  # exit 0 when /ping on the resolved host and port answers 200
 
@@ -22,17 +22,23 @@ from . import resolve
 from . import custom_code
 from .exit_codes import ExitCode
 from .paths import ROOT
-from .settings import Context, Settings, SettingValueError
+from .settings import Context, Settings, SettingValueError, parse_bool
 
 log = logging.getLogger("serving")
 
-ENGINE_MODULE = "vllm.entrypoints.openai.api_server"
+# `vllm serve`, run as a module of the launcher's own Python: vLLM's supported entry point (its
+# `python -m vllm.entrypoints.openai.api_server` is deprecated). The model is its positional argument.
+ENGINE_COMMAND = ("-m", "vllm.entrypoints.cli.main", "serve")
 # LMI request bodies on /invocations, inside vLLM's own HTTP server (no proxy hop).
 LMI_MIDDLEWARE = "serving.lmi.middleware.LMIMiddleware"
 
 # On CPU, "GPU memory" means host RAM, so a fixed KV cache keeps the engine small.
 CPU_DEFAULTS = {"kv_cache_memory_bytes": "268435456"}
 TINY_MODEL_DEFAULTS = {"max_model_len": "2048"}
+# `vllm serve` starts one API server process per data-parallel rank unless told otherwise; the container
+# runs one, in the process that becomes the engine, where the middleware (drain, sessions) lives.
+ONE_API_SERVER = resolve.ContextDefault("api_server_count", "1", "data parallelism: one API server process, "
+                                        "where the middleware runs")
 
 
 @dataclass
@@ -138,8 +144,8 @@ def context_defaults(kind: str, user: resolve.Resolution, env: Mapping[str, str]
                      cpu_build: bool, adapters: Mapping[str, Adapter] | None = None) -> list[resolve.ContextDefault]:
     """Defaults that depend on the build, the machine and the model: tensor parallelism over every
     visible GPU (as LMI and TGI do), LoRA serving of the model's adapters/ folder, the embedded tiny
-    model's context length, and on the CPU build a fixed KV cache unless the user sized the memory
-    themselves."""
+    model's context length, on the CPU build a fixed KV cache unless the user sized the memory
+    themselves, and one API server process under data parallelism."""
     out = []
     if adapters:
         why = f"LoRA adapters in the model's {custom_code.ADAPTERS_FOLDER}/"
@@ -158,11 +164,30 @@ def context_defaults(kind: str, user: resolve.Resolution, env: Mapping[str, str]
             out.append(resolve.ContextDefault("lora_target_modules", json.dumps(sorted(set().union(*targets))), why))
     if "tensor_parallel_size" not in user.entries:
         out.append(tp_default(env, cpu_build))
+    if needs_one_api_server(user):
+        out.append(ONE_API_SERVER)
     if kind == "embedded":
         out += [resolve.ContextDefault(k, v, "embedded tiny model") for k, v in TINY_MODEL_DEFAULTS.items()]
     if cpu_build and not any(k in user.entries for k in ("gpu_memory_utilization", "kv_cache_memory_bytes")):
         out += [resolve.ContextDefault(k, v, "CPU build") for k, v in CPU_DEFAULTS.items()]
     return out
+
+
+def needs_one_api_server(user: resolve.Resolution) -> bool:
+    """True when the user asks for data parallelism and leaves the API server count to vLLM: `vllm serve`
+    would then start one API server process per rank (the deprecated api_server module ran one)."""
+    by_flag = {r.flag: r for r in user.entries.values() if r.flag}
+    headless = by_flag.get("--headless")
+    if "--api-server-count" in by_flag or headless is not None and _truthy(headless.raw):
+        return False  # the user's count wins; headless runs no API server at all
+    return any(f.startswith("--data-parallel") for f in by_flag)
+
+
+def _truthy(raw: str) -> bool:
+    try:
+        return parse_bool(raw)
+    except SettingValueError:
+        return True  # vLLM's parser refuses it later, naming the key
 
 
 def tp_default(env: Mapping[str, str], cpu_build: bool) -> resolve.ContextDefault:
@@ -232,7 +257,7 @@ def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
     if tp is not None and tp.raw.strip().lower() == "max":
         notes.append(f"tensor_parallel_size=max resolved to {tp.value} visible GPU(s)")
 
-    argv = [sys.executable, "-m", ENGINE_MODULE, "--model", model_path]
+    argv = [sys.executable, *ENGINE_COMMAND, model_path]
     for key, r in sorted(res.entries.items()):
         if key == "model_id" or not r.flag or r.secret and r.setting is not None:
             continue

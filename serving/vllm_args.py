@@ -1,4 +1,4 @@
-"""The installed vLLM's own OpenAI-server argument parser, used to type pass-through settings.
+"""The installed vLLM's own OpenAI-server argument parser (`vllm serve`'s), used to type pass-through settings.
 
 A key that is not declared in `settings.py` is accepted when it names an
 argument of vLLM's server; its value becomes argv the way vLLM parses it

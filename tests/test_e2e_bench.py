@@ -224,6 +224,9 @@ def test_a_models_engine_args_reach_both_arms_as_the_same_vllm_flags(tmp_path):
     for flag in ("--max-num-seqs", "--max-model-len", "--kv-cache-memory-bytes", "--gpu-memory-utilization"):
         assert p.argv[p.argv.index(flag) + 1] == stock_cmd[stock_cmd.index(flag) + 1], flag
     assert "--jit-monitor-verbose" in p.argv and "--jit-monitor-verbose" in stock_cmd
+    # both arms start `vllm serve`, the model its positional argument
+    assert stock_cmd[1:5] == ["-m", "vllm.entrypoints.cli.main", "serve", str(tmp_path / "model")]
+    assert p.argv[1:4] == stock_cmd[1:4]
 
 
 def test_the_vllm_quant_arm_differs_from_the_image_by_patch_0006s_switch_alone(tmp_path):

@@ -21,7 +21,7 @@ def test_serve_runs_the_launcher_from_any_directory(tmp_path):
     r = run("serve", "--dry-run", env_extra={"SERVING_MODEL_DIR": str(tmp_path), "SM_NUM_GPUS": "1"})
     assert r.returncode == 0, r.stderr
     assert "setting tensor_parallel_size=1  [env SM_NUM_GPUS; vLLM --tensor-parallel-size]" in r.stdout
-    assert "vllm.entrypoints.openai.api_server" in r.stdout.splitlines()[-1]
+    assert " -m vllm.entrypoints.cli.main serve " in r.stdout.splitlines()[-1]
 
 
 def test_other_commands_pass_through():

@@ -42,6 +42,8 @@ def test_startup_log_reports_settings_patches_and_command(server):
     assert "setting port=" in log and "[env OPTION_PORT; vLLM --port]" in log
     assert "vLLM patches applied to 0.32.0:" in log
     assert "starting engine: " in log and "--middleware serving.lmi.middleware.LMIMiddleware" in log
+    # `vllm serve`, vLLM's supported entry point: no deprecation warning for the api_server module
+    assert " -m vllm.entrypoints.cli.main serve " in log and "vllm.entrypoints.openai.api_server" not in log
 
 
 def test_startup_log_masks_the_hub_token(server):

@@ -46,6 +46,14 @@ def argv_value(p, flag):
     return a[a.index(flag) + 1] if flag in a else None
 
 
+ENGINE = ["-m", "vllm.entrypoints.cli.main", "serve"]  # `vllm serve`, its model the positional argument after it
+
+
+def served_model(p):
+    assert p.argv[1:4] == ENGINE and "--model" not in p.argv, p.argv
+    return p.argv[4]
+
+
 @pytest.mark.parametrize("name,flag,value", [
     ("OPTION_TENSOR_PARALLEL_DEGREE", "--tensor-parallel-size", "2"),
     ("OPTION_TENSOR_PARALLEL_SIZE", "--tensor-parallel-size", "2"),
@@ -78,8 +86,7 @@ def test_every_convention_maps_to_its_flag(va, model_dir, name, flag, value):
 def test_properties_aliases(va, model_dir, key):
     value = "org/some-model" if key == "model" else "4"
     p = plan(va, model_dir, props=f"engine=Python\noption.{key}={value}\n")
-    flag = "--model" if key == "model" else "--tensor-parallel-size"
-    assert argv_value(p, flag) == value
+    assert (served_model(p) if key == "model" else argv_value(p, "--tensor-parallel-size")) == value
 
 
 def test_lmi_engine_line_is_accepted(va, model_dir):
@@ -120,7 +127,7 @@ def test_one_pass_topk_switch_reaches_the_engine_environment(va, model_dir, name
 
 def test_hf_model_id_is_the_model(va, model_dir):
     p = plan(va, model_dir, {"HF_MODEL_ID": "Qwen/Qwen3-235B-A22B-FP8"})
-    assert argv_value(p, "--model") == "Qwen/Qwen3-235B-A22B-FP8"
+    assert served_model(p) == "Qwen/Qwen3-235B-A22B-FP8"
     assert p.model_source == "hub"
 
 
@@ -242,10 +249,27 @@ def test_model_sources(va, model_dir, tmp_path):
 
 def test_engine_command_shape(va, model_dir):
     p = plan(va, model_dir)
-    assert p.argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+    assert p.argv[0] == sys.executable and p.argv[1:4] == ENGINE
+    assert served_model(p) == p.model_path and p.argv[5].startswith("--")
     assert argv_value(p, "--port") == "8080" and argv_value(p, "--host") == "0.0.0.0"
     assert argv_value(p, "--middleware") == launcher.LMI_MIDDLEWARE
     assert p.env["VLLM_TUNED_CONFIG_FOLDER"] == str(ROOT / "configs")
+    assert "--api-server-count" not in p.argv and "api_server_count" not in p.resolved
+
+
+@pytest.mark.parametrize("env,count", [
+    ({"OPTION_DATA_PARALLEL_SIZE": "2"}, "1"),
+    ({"SM_VLLM_DATA_PARALLEL_SIZE_LOCAL": "2", "OPTION_DATA_PARALLEL_HYBRID_LB": "true"}, "1"),
+    ({"OPTION_DATA_PARALLEL_SIZE": "2", "OPTION_API_SERVER_COUNT": "2"}, "2"),
+    ({"OPTION_DATA_PARALLEL_SIZE": "2", "OPTION_HEADLESS": "true"}, None),
+])
+def test_data_parallelism_keeps_one_api_server(va, model_dir, env, count):
+    """`vllm serve` starts an API server process per data-parallel rank unless told otherwise; the launcher keeps
+    the one the middleware runs in (as the api_server module did), unless the user chose a count or headless."""
+    p = plan(va, model_dir, env)
+    assert argv_value(p, "--api-server-count") == count
+    if count == "1":
+        assert p.resolved["api_server_count"].source.startswith("default (data parallelism: one API server")
 
 
 def test_every_declared_flag_exists_in_installed_vllm(va):
@@ -300,7 +324,7 @@ def test_dry_run_prints_sources_and_the_exact_command(tmp_path):
     assert "setting hf_token=****  [env HF_TOKEN; launcher]" in out
     assert "DRYRUNSECRET" not in r.stdout + r.stderr
     last = shlex.split(out[-1])
-    assert last[1:3] == ["-m", "vllm.entrypoints.openai.api_server"] and "--max-num-seqs" in last
+    assert last[1:4] == ENGINE and "--max-num-seqs" in last
 
 
 def test_bad_value_stops_with_exit_2_and_one_line(tmp_path, launcher_main):
@@ -504,7 +528,7 @@ TGI_ENV = {
 
 def test_lmi_and_sdk_environment_starts_with_the_meaning_intended(va, model_dir):
     p = plan(va, model_dir, LMI_SDK_ENV)
-    assert argv_value(p, "--model") == "org/model" and argv_value(p, "--revision") == "main"
+    assert served_model(p) == "org/model" and argv_value(p, "--revision") == "main"
     assert argv_value(p, "--tensor-parallel-size") == "4" and argv_value(p, "--dtype") == "float16"
     assert argv_value(p, "--max-num-seqs") == "64" and "--trust-remote-code" in p.argv
     notes = [n for n in launcher.report(p) if "no effect here" in n]
@@ -532,11 +556,12 @@ def test_tgi_environment_starts_with_the_meaning_intended(va, model_dir):
 def test_tgi_and_lmi_short_names_map(va, model_dir):
     for env, flag, value in [({"NUM_SHARD": "2"}, "--tensor-parallel-size", "2"),
                              ({"TENSOR_PARALLEL_DEGREE": "2"}, "--tensor-parallel-size", "2"),
-                             ({"MODEL_ID": "org/m"}, "--model", "org/m"), ({"REVISION": "v1"}, "--revision", "v1"),
+                             ({"REVISION": "v1"}, "--revision", "v1"),
                              ({"QUANTIZE": "fp8"}, "--quantization", "fp8"),
                              ({"OPTION_DTYPE": "bf16"}, "--dtype", "bfloat16"),
                              ({"OPTION_DTYPE": "fp32"}, "--dtype", "float32")]:
         assert argv_value(plan(va, model_dir, env), flag) == value, env
+    assert served_model(plan(va, model_dir, {"MODEL_ID": "org/m"})) == "org/m"
     assert "--trust-remote-code" in plan(va, model_dir, {"HF_TRUST_REMOTE_CODE": "true"}).argv
     assert argv_value(plan(va, model_dir, {"OPTION_CPU_OFFLOAD_GB_PER_GPU": "4"}), "--cpu-offload-gb") == "4"
     p = plan(va, model_dir, {"SAGEMAKER_MAX_REQUEST_SIZE": "1048576"})

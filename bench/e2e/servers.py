@@ -77,7 +77,8 @@ def server_command(cfg: Config, model: Model, arm: str, model_dir: Path, port: i
             env = _without_nvcc(env)
         if arm == "stock-debug":
             env["VLLM_LOGGING_LEVEL"] = "DEBUG"
-        cmd = [cfg.image_python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
+        # `vllm serve`, as the image's launcher starts it (the stock arm runs the GPU wheel's `vllm` distribution)
+        cmd = [cfg.image_python, "-m", "vllm.entrypoints.cli.main", "serve", str(model_dir),
                "--host", "127.0.0.1", "--port", str(port)]
         for k, v in engine_args.items():
             cmd += ["--" + k] if v is True else ["--" + k, v]
