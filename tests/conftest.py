@@ -32,6 +32,10 @@ PLANTED_SECRETS = {
 # compiled, 1.2 s eager).
 EAGER = {"OPTION_ENFORCE_EAGER": "true"}
 
+# The environment every test server starts from: the session's, as it was before any test ran. Servers spawn
+# while other tests run, and a test may set variables of its own (monkeypatch) that no server must inherit.
+SESSION_ENV = dict(os.environ)
+
 # (server, seconds from its spawn to /ping 200) of every server the session started
 READY_TIMES: list[tuple[str, float]] = []
 READY_TIMEOUT_S = 600  # several servers boot side by side on 2 cores while other tests run
@@ -55,7 +59,7 @@ def spawn_server(tmp: Path, env_extra: dict[str, str] | None = None, args: list[
     ready (await_server waits for it)."""
     env = {**PLANTED_SECRETS, "HF_HUB_OFFLINE": "1", **(env_extra or {})}
     # nice: the server under test must not starve the test client (launcher_process.yield_cpu)
-    return launcher_process.spawn_launcher(tmp, env, args, nice=10)
+    return launcher_process.spawn_launcher(tmp, env, args, nice=10, base_env=SESSION_ENV)
 
 
 def await_server(srv: Server, name: str) -> Server:

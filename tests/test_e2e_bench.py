@@ -14,7 +14,7 @@ import pytest
 
 from bench.e2e import cli, models, report, servers, traces, workload
 from bench.e2e.config import Config
-from conftest import READY_TIMES, early, starts_early
+from conftest import READY_TIMES, SESSION_ENV, early, starts_early
 
 ROOT = Path(__file__).resolve().parent.parent
 H200_RUN_3 = ROOT / "bench" / "data" / "h200_engine_3" / "e2e.json"
@@ -38,7 +38,8 @@ def _bench_check(tmp: Path) -> SimpleNamespace:
            "--reps", "2", "--waves", "1", "--ready-timeout", "600", "--in-tokens", str(TOKENS), "--out-tokens",
            str(TOKENS), "--clients", *map(str, CLIENTS)]
     with open(tmp / "stdout.txt", "wb") as out:  # in a session of its own: stop() ends it and its servers
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                env=SESSION_ENV)
     return SimpleNamespace(proc=proc, tmp=tmp)
 
 

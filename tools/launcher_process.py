@@ -14,7 +14,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 from urllib.parse import urlsplit
 
 from serving.paths import ROOT
@@ -106,13 +106,14 @@ def require_ready(srv: Server, timeout: float = 420) -> Server:
 
 
 def spawn_launcher(tmp: Path, env_extra: dict[str, str] | None = None, args: list[str] | None = None,
-                   nice: int = 0) -> Server:
+                   nice: int = 0, base_env: Mapping[str, str] | None = None) -> Server:
     """Run ./entrypoint.sh serve with no model directory (the embedded model unless env_extra names one), without
     waiting for it: await_ready does.
 
-    nice > 0 runs the server's whole session at that lower CPU priority (see yield_cpu)."""
+    nice > 0 runs the server's whole session at that lower CPU priority (see yield_cpu). The server's
+    environment is base_env (default: this process's) with the launcher's loopback settings and env_extra."""
     port = free_port()
-    env = dict(os.environ)
+    env = dict(os.environ if base_env is None else base_env)
     env.update({
         "SERVING_MODEL_DIR": str(tmp / "no-model-dir"),  # no /opt/ml/model here: the embedded model is served
         "OPTION_HOST": "127.0.0.1",
