@@ -4,6 +4,7 @@ a recorded H200 run."""
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -252,9 +253,10 @@ def test_each_image_arm_switches_one_setting_of_the_table_and_no_arm_inherits_a_
     assert len(switches) == len(models.IMAGE_ARM_SETTINGS) - 1  # one each, "image" none
     for name in switches:
         monkeypatch.setenv(name, "1")
-    cfg = _bench_config(tmp_path)
+    cfg = _peer_config(tmp_path, kv_bytes=1 << 30)  # the peers' runtimes given
+    shard = _shard(tmp_path)  # the peers read the model's config.json
     for arm in models.ARMS:
-        _, env = servers.server_command(cfg, models.CPU_CHECK, arm, tmp_path / "model", 8002)
+        _, env = servers.server_command(cfg, models.CPU_CHECK, arm, shard, 8002)
         assert not switches & set(env), arm
         if arm in models.IMAGE_ARM_SETTINGS:
             plan = _image_launch_plan(env)
@@ -408,3 +410,149 @@ def test_the_embedded_models_depth_is_not_silently_ignored(tmp_path, capsys):
         cli.main(["--stock-site", str(tmp_path), "--models-dir", str(tmp_path), "--out", str(tmp_path / "o"),
                         "--models", "tiny-cpu", "--layers", "4"])
     assert e.value.code == 2 and "tiny-cpu is the embedded model" in capsys.readouterr().err
+
+
+# --- The peer arms (sglang, vllm-latest): their commands, settings and runtimes, checked without an engine ---
+
+def _shard(tmp_path: Path, preset: str = "qwen3-235b-a22b-tp8", layers: int = 94) -> Path:
+    """A model folder holding only the config.json the bench's make_model writes for a preset shard (the peers'
+    commands read it for the KV budget in tokens)."""
+    from serving.tiny_model import _config, preset_spec
+
+    d = tmp_path / f"{preset}-{layers}"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "config.json").write_text(json.dumps(_config(preset_spec(preset, layers=layers, fp8=True), 1, 2)))
+    return d
+
+
+def _peer_config(tmp_path: Path, **kw) -> Config:
+    return Config(stock_site=str(tmp_path / "stock"), models_dir=tmp_path / "models", out=tmp_path / "out",
+                  work=tmp_path, sglang_python="/opt/sglang/bin/python", vllm_latest_python="/opt/v034/bin/python",
+                  **kw)
+
+
+def _flag(cmd: list[str], flag: str) -> str:
+    return cmd[cmd.index(flag) + 1]
+
+
+def test_the_sglang_arm_runs_sglangs_server_on_the_stock_arms_settings(tmp_path):
+    """sglang: SGLang 0.5.21's own server from its runtime's Python, each of the stock arm's settings carried by the
+    SGLang setting servers.PEERS names: the same context length, batch limit and KV budget (in tokens: 1.5 GiB of
+    the 94-layer 235B shard is the 33,456 tokens vLLM's own log gave in H200 run 9), its default MoE runner."""
+    model = next(m for m in models.MODELS if m.name == "qwen3-235b-tp8-tensor")
+    assert "sglang" in model.arms and "vllm-latest" in model.arms
+    cfg, shard = _peer_config(tmp_path), _shard(tmp_path)
+    stock, _ = servers.server_command(cfg, model, "stock", shard, 8001)
+    cmd, env = servers.server_command(cfg, model, "sglang", shard, 8003)
+    assert cmd[:3] == ["/opt/sglang/bin/python", "-m", "sglang.launch_server"]
+    assert _flag(cmd, "--model-path") == _flag(stock, "serve") == str(shard)  # vllm serve: the model follows serve
+    assert (_flag(cmd, "--host"), _flag(cmd, "--port")) == ("127.0.0.1", "8003")
+    assert _flag(cmd, "--context-length") == _flag(stock, "--max-model-len") == "320"
+    assert _flag(cmd, "--max-running-requests") == _flag(stock, "--max-num-seqs") == "128"
+    assert _flag(stock, "--kv-cache-memory-bytes") == str(3 << 29)
+    assert _flag(cmd, "--max-total-tokens") == "33456"
+    assert servers.kv_bytes_per_token(shard) == 2 * 94 * 1 * 128 * 2
+    assert float(_flag(cmd, "--mem-fraction-static")) == servers.SGLANG_MEM_FRACTION_STATIC
+    assert not any(a.startswith("--moe-runner") or a.startswith("--fp8-gemm") for a in cmd)  # its defaults
+    # its own runtime alone: no search path of the bench's, every cache in its own empty home
+    assert "PYTHONPATH" not in env and env["HOME"] == str(cfg.home("qwen3-235b-tp8-tensor.sglang"))
+    assert env["TRITON_CACHE_DIR"].startswith(env["HOME"])
+
+
+def test_the_vllm_latest_arm_is_vllm_serve_of_its_runtime_with_the_stock_arms_flags(tmp_path):
+    """vllm-latest: `vllm serve` (vLLM 0.34's supported entry point) from its own Python, with every engine flag of
+    the stock arm, the block-FP8 model's --linear-backend too; no stock site on its path."""
+    for model in (next(m for m in models.MODELS if m.fp8 == "tensor"), next(m for m in models.MODELS
+                                                                         if m.fp8 == "block")):
+        cfg, shard = _peer_config(tmp_path), _shard(tmp_path)
+        stock, stock_env = servers.server_command(cfg, model, "stock", shard, 8001)
+        cmd, env = servers.server_command(cfg, model, "vllm-latest", shard, 8004)
+        assert cmd[:6] == ["/opt/v034/bin/python", "-m", "vllm.entrypoints.cli.main", "serve", str(shard), "--host"]
+        assert stock[:5] == [cfg.image_python, "-m", "vllm.entrypoints.cli.main", "serve", str(shard)]
+        assert cmd[cmd.index("--port") + 2:] == stock[stock.index("--port") + 2:]  # the same engine flags
+        assert "--jit-monitor-verbose" in cmd
+        assert cfg.stock_site in stock_env["PYTHONPATH"] and "PYTHONPATH" not in env
+
+
+def test_the_peers_commands_carry_the_profile_and_a_model_setting_sglang_has_no_counterpart_for(tmp_path):
+    block = next(m for m in models.MODELS if m.fp8 == "block")
+    cfg, shard = _peer_config(tmp_path, profile=True), _shard(tmp_path, "deepseek-v3-tp8", 61)
+    cmd, env = servers.server_command(cfg, block, "sglang", shard, 8003)
+    assert "--linear-backend" not in cmd and servers.SGLANG_ENGINE_ARGS["linear-backend"] is None
+    assert env["SGLANG_TORCH_PROFILER_DIR"] == str(cfg.profile_dir(f"{block.name}.sglang"))
+    latest, _ = servers.server_command(cfg, block, "vllm-latest", shard, 8004)
+    assert json.loads(_flag(latest, "--profiler-config"))["torch_profiler_dir"] == str(
+        cfg.profile_dir(f"{block.name}.vllm-latest"))
+    from dataclasses import replace
+    odd = replace(block, engine_args=(("enforce-eager", "true"),))
+    with pytest.raises(ValueError, match="--enforce-eager has no SGLang counterpart"):
+        servers.server_command(cfg, odd, "sglang", shard, 8003)
+
+
+def test_peers_start_in_their_home_and_sglang_is_ready_on_health(tmp_path, monkeypatch):
+    started = {}
+    monkeypatch.setattr(servers, "spawn", lambda cmd, env, log, port, **kw: started.setdefault(cmd[0], kw))
+    monkeypatch.setattr(servers, "free_port", lambda: 8005)
+    cfg, shard = _peer_config(tmp_path), _shard(tmp_path)
+    model = models.MODELS[0]
+    for arm in ("stock", "sglang", "vllm-latest"):
+        servers.start_server(cfg, model, arm, shard)
+    assert started[cfg.sglang_python]["ready_path"] == "/health"
+    assert started[cfg.sglang_python]["cwd"] == cfg.home(f"{model.name}.sglang")
+    assert started[cfg.vllm_latest_python]["ready_path"] == "/ping"
+    assert started[cfg.vllm_latest_python]["cwd"] == cfg.home(f"{model.name}.vllm-latest")
+    assert started[cfg.image_python]["cwd"] == ROOT
+
+
+def test_a_peer_arm_without_its_runtime_is_refused_before_anything_starts(tmp_path, capsys):
+    base = ["--stock-site", str(tmp_path), "--models-dir", str(tmp_path / "m"), "--out", str(tmp_path / "o"),
+            "--work", str(tmp_path / "w"), "--models", "qwen3-235b-tp8-tensor"]
+    with pytest.raises(SystemExit) as e:
+        cli.main(base + ["--arms", "stock", "image", "sglang", "vllm-latest",
+                         "--vllm-latest-python", sys.executable])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "--arms sglang: its runtime is not given; --sglang-python PY" in err
+    with pytest.raises(SystemExit) as e:
+        cli.main(base + ["--arms", "vllm-latest", "--vllm-latest-python", str(tmp_path / "no-such-python")])
+    assert e.value.code == 2 and "is not a program here" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists() and not (tmp_path / "m").exists()
+    # the default arms leave the peers out; given their runtimes, both pass
+    assert not set(models.PEER_ARMS) & set(Config.default("arms")) and "image" in Config.default("arms")
+    cfg = Config.from_args(cli.parser().parse_args(base + [
+        "--arms", "sglang", "vllm-latest", "--sglang-python", sys.executable, "--vllm-latest-python", sys.executable]))
+    assert cli.missing_runtimes(cfg) == []
+    assert cfg.record()["sglang_python"] == sys.executable
+
+
+def test_the_settings_table_is_the_one_results_shows_and_sglangs_log_is_not_counted(tmp_path):
+    """servers.PEERS is bench/RESULTS-archive.md's table of matched settings, row by row; a SGLang server's
+    compile count is None (e2e.md: not counted), never 0."""
+    archive = set((ROOT / "bench" / "RESULTS-archive.md").read_text().splitlines())
+    for m in servers.PEERS:
+        assert f"| {m.vllm} | {m.sglang} | {m.vllm_latest} | {m.why} |" in archive, m.vllm
+    log = tmp_path / "s.log"
+    log.write_text("INFO KV Cache is allocated. #tokens: 33456, K size: 0.75 GB\nUsing MoE kernel config from x.\n")
+    facts = servers.log_facts(SimpleNamespace(log=log.read_text, name="m.sglang"))
+    assert facts["jit_warnings"] is None and len(facts["log_lines"]) == 2
+    assert servers.log_facts(SimpleNamespace(log=lambda: "", name="m.vllm-latest"))["jit_warnings"] == 0
+
+
+def test_the_summary_puts_the_image_against_each_peer():
+    """Run 3's Qwen3-Coder figures with two made-up peers: the arm/stock rows stay as they were, and a table of
+    image/peer ratios (paired per repetition) follows, one row per figure and peer."""
+    res = json.loads(H200_RUN_3.read_text())
+    before = report.summarize(res)
+    m = res["models"]["qwen3-coder-480b-tp8-tensor"]
+    m["reps"]["sglang"] = json.loads(json.dumps(m["reps"]["stock"]))
+    m["reps"]["vllm-latest"] = json.loads(json.dumps(m["reps"]["image"]))
+    res["servers"]["qwen3-coder-480b-tp8-tensor.sglang"] = {"ready_s": 100.0, "failed": None, "jit_warnings": None}
+    md = report.summarize(res)
+    assert all(ln in md.splitlines() for ln in before.splitlines() if ln.startswith("| qwen3-coder-480b-tp8-tensor | "))
+    rows = [ln.split("|") for ln in md.splitlines() if ln.startswith("| qwen3-coder-480b-tp8-tensor | image/")]
+    figures = len(workload.THROUGHPUT_CONCURRENCY) + 4 * len(workload.LATENCY_CONCURRENCY)
+    assert len(rows) == 2 * figures
+    ratios = report.paired_ratios([res], "qwen3-coder-480b-tp8-tensor", "throughput", "tok_s", "1", "image", "sglang")
+    one = next(r for r in rows if r[2].strip() == "image/sglang" and r[3].strip() == "tok_s" and r[4].strip() == "1")
+    assert float(one[7]) == round(statistics.median(ratios), 3)
+    assert all(float(r[7]) == 1.0 for r in rows if r[2].strip() == "image/vllm-latest")  # the image against itself
+    assert "| qwen3-coder-480b-tp8-tensor.sglang | 100.0 | - | not counted | - |" in md

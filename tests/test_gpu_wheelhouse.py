@@ -48,3 +48,81 @@ def test_skip_names_must_be_in_the_locks():
 def test_make_gpu_wheelhouse_needs_a_folder():
     r = subprocess.run(["make", "-s", "gpu-wheelhouse"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "set WHEELHOUSE=<folder>" in r.stderr
+
+
+# --- The peer arms' runtimes (bench/e2e's sglang and vllm-latest) ---
+
+# The exact pins of sglang 0.5.21's and vllm 0.34.0's wheels (their METADATA's Requires-Dist on Linux x86_64, no
+# extra), read from the wheels themselves: each lock holds them, but where its overrides file says otherwise.
+SGLANG_0_5_21_PINS = {
+    "apache-tvm-ffi": "0.1.11", "blobfile": "3.0.0", "compressed-tensors": "0.18.0", "cuda-tile": "1.6.0rc5",
+    "flashinfer-python": "0.6.18", "humming-kernels": "0.1.12", "numba": "0.65.1", "nvidia-cutlass-dsl": "4.6.2",
+    "nvidia-mathdx": "25.6.0", "openai": "2.6.1", "openai-harmony": "0.0.4", "outlines": "0.1.11",
+    "quack-kernels": "0.6.4", "sentencepiece": "0.2.1", "sgl-deep-ep": "0.1.2", "sgl-deep-gemm": "0.2.0",
+    "sglang-kernel": "0.4.7", "soundfile": "0.13.1", "tilelang": "0.1.12", "timm": "1.0.16", "tokenizers": "0.22.2",
+    "tokenspeed-mla": "0.1.8", "torch": "2.13.0", "torchaudio": "2.11.0", "torchcodec": "0.15.0",
+    "transformers": "5.12.1", "xgrammar": "0.2.7"}
+VLLM_0_34_0_PINS = {
+    "lm-format-enforcer": "0.11.3", "outlines-core": "0.2.14", "lark": "1.2.2", "xgrammar": "0.2.8",
+    "compressed-tensors": "0.17.0", "depyf": "0.20.0", "numba": "0.65.0", "torch": "2.14.0", "torchaudio": "2.11.0",
+    "torchvision": "0.29.0", "pynvvideocodec": "2.0.4", "flashinfer-python": "0.7.3", "apache-tvm-ffi": "0.1.11",
+    "tilelang": "0.1.12", "nvtx": "0.2.15", "nvidia-cutlass-dsl": "4.8.0", "quack-kernels": "0.6.5",
+    "tokenspeed-mla": "2.0.3", "humming-kernels": "0.1.19"}
+# What each runtime's overrides change of those pins (None: left out), and why is in the overrides file
+CHANGED = {"sglang": {"torchaudio": None, "torchcodec": None, "cuda-tile": "1.6.0"},
+           "vllm-latest": {"torchaudio": None, "flashinfer-python": "0.7.4"}}
+
+
+@pytest.mark.parametrize("runtime,pins", [("sglang", SGLANG_0_5_21_PINS), ("vllm-latest", VLLM_0_34_0_PINS)])
+def test_each_peer_lock_holds_its_engines_own_pins_but_the_overrides(runtime, pins):
+    lock = gw.locked(runtime)
+    for name, version in pins.items():
+        want = CHANGED[runtime].get(name, version)
+        assert lock.get(name) == want, f"{runtime}: {name} locked {lock.get(name)}, {want} wanted"
+    for name, version in gw.read_pins(REQ / f"{runtime}.txt").items():
+        assert lock[name] == version
+    for name, version in gw.read_pins(REQ / f"{runtime}-overrides.txt").items():
+        assert lock[name] == version, f"override {name}=={version} not applied"
+
+
+def test_the_peer_locks_leave_out_torchaudio_and_pin_their_torch():
+    image, sglang, latest = gw.locked("image"), gw.locked("sglang"), gw.locked("vllm-latest")
+    assert "torchaudio" not in sglang and "torchaudio" not in latest and "torchcodec" not in sglang
+    # SGLang runs on the image's torch 2.13 and its CUDA libraries; vLLM 0.34 on torch 2.14 and its own Triton
+    assert sglang["torch"] == image["torch"] == "2.13.0" and sglang["triton"] == image["triton"]
+    assert sglang["sglang"] == "0.5.21" and "vllm" not in sglang
+    assert (latest["torch"], latest["vllm"], latest["torchvision"]) == ("2.14.0", "0.34.0", "0.29.0")
+    assert latest["triton"] != image["triton"]
+    assert sglang["nvidia-nccl-cu13"] == latest["nvidia-nccl-cu13"] == image["nvidia-nccl-cu13"]
+
+
+def test_a_peer_wheelhouse_holds_only_what_the_image_runtime_lacks_at_that_version():
+    wanted, left = gw.selection(None, ["nvidia-cutlass-dsl-libs-cu12"], "sglang")
+    image = gw.locked("image")
+    assert "torch" in left and "torch" not in wanted  # the image's torch 2.13
+    assert wanted["sglang"] == "0.5.21" and wanted["transformers"] == "5.12.1" and "torchaudio" not in wanted
+    assert all(image.get(n) != v for n, v in wanted.items())
+    assert all(image.get(n) == v for n, v in left.items() if n != "nvidia-cutlass-dsl-libs-cu12")
+    wanted, left = gw.selection(None, ["nvidia-cudnn-cu13", "opencv-python-headless"], "vllm-latest")
+    assert {"torch", "triton", "vllm", "torchvision", "flashinfer-python", "transformers"} <= set(wanted)
+    assert "nvidia-cudnn-cu13" in left and "torchaudio" not in wanted
+    with pytest.raises(SystemExit, match="torchaudio"):  # a --skip must name a package of that runtime's lock
+        gw.selection(None, ["torchaudio"], "sglang")
+
+
+def test_packed_parts_carry_the_runtimes_name(tmp_path):
+    """pack --name: parts NAME.tar.part-NNN holding the folder NAME, so that several wheelhouses' parts share one
+    staging folder (tools/h200_session.sh: the image's wheelhouse.tar.part-* and each peer's)."""
+    import tarfile
+
+    src = tmp_path / "w"
+    src.mkdir()
+    (src / "a.whl").write_bytes(b"x" * 3000)
+    (src / "requirements.txt").write_text("a==1\n")
+    gw.pack(src, tmp_path / "parts", "1K", name="wheelhouse-sglang")
+    parts = sorted((tmp_path / "parts").iterdir())
+    assert len(parts) > 3 and all(p.name.startswith("wheelhouse-sglang.tar.part-") for p in parts)
+    joined = tmp_path / "joined.tar"
+    joined.write_bytes(b"".join(p.read_bytes() for p in parts))
+    with tarfile.open(joined) as t:
+        assert {"wheelhouse-sglang/a.whl", "wheelhouse-sglang/requirements.txt"} <= set(t.getnames())

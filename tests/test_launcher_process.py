@@ -70,3 +70,22 @@ def test_stop_ends_the_servers_whole_session(tmp_path):
             break
         time.sleep(0.1)
     assert _gone(child), "the server's child outlived stop()"
+
+
+def test_a_server_is_ready_on_its_own_path(tmp_path):
+    """A server told another readiness path (SGLang's /health) is ready when that path answers 200, whatever /ping
+    says; one left at /ping waits for /ping."""
+    (tmp_path / "health").write_text("ok")  # the file server answers /health, and /ping with 404
+    cmd = [sys.executable, "-m", "http.server", "{port}", "--bind", "127.0.0.1"]
+    health_port, ping_port = free_port(), free_port()
+    health = spawn([c.format(port=health_port) for c in cmd], dict(os.environ), tmp_path / "logs" / "h.log",
+                   health_port, name="health", cwd=tmp_path, ready_path="/health")
+    ping = spawn([c.format(port=ping_port) for c in cmd], dict(os.environ), tmp_path / "logs" / "p.log", ping_port,
+                 name="ping", cwd=tmp_path)
+    try:
+        wait_ready([health, ping], timeout=4)
+    finally:
+        for s in (health, ping):
+            stop(s.proc, grace=5)
+    assert health.ready_s > 0 and health.failed is None and health.ready_path == "/health"
+    assert ping.failed == "not ready by the deadline" and ping.ready_path == "/ping"

@@ -4,7 +4,8 @@
 # root on the GPU host.
 #
 #   tools/h200_session.sh probe                 # host facts into $OUT (nvidia-smi, pip freeze)
-#   tools/h200_session.sh stage PART            # move one carried part (.stage/...) to $STAGE
+#   tools/h200_session.sh stage PART            # move one carried part (.stage/..., .stage-sglang/...,
+#                                               # .stage-vllm034/...) to $STAGE
 #   setsid tools/h200_session.sh tune &         # block-FP8 config tuning (kernel harness only, no wheelhouse:
 #                                               # the host's torch and Triton; carry .cache/carry); runs beside
 #                                               # the staging calls, and `all` waits for it, then serves the image
@@ -12,7 +13,11 @@
 #   setsid tools/h200_session.sh all &          # the rest, in the background (outlives the call);
 #                                               # env: SMOKE=0 skips the smoke tests, PROFILE=0 the
 #                                               # profiler windows (at 94 layers a one-client window is
-#                                               # about a million GPU events to write and parse), E2E_ARGS
+#                                               # about a million GPU events to write and parse), E2E_ARGS,
+#                                               # PEERS="sglang vllm-latest": the peers' runtimes too (peers)
+#                                               # and the bench told their Pythons
+#   tools/h200_session.sh peers                 # the peer arms' runtimes (PEERS, default both) from their
+#                                               # staged parts, each a venv beside $GPU_VENV (make gpu-venv first)
 #   tools/h200_session.sh collect               # copy what is done so far into $OUT
 #   tools/h200_session.sh stop                  # end a running session and its engine servers
 #
@@ -21,13 +26,16 @@
 #
 # The parts come from: tools/gpu_wheelhouse.py download --dest W --skip <what the host has>;
 # tools/gpu_wheelhouse.py pack --src W --parts .stage --size 48M (each part travels with the tree, 64 MiB a call
-# in all: with the 11 MB tree a 54M part is refused).
+# in all: with the 11 MB tree a 54M part is refused). The peers' (bench/RESULTS-archive.md "Peers: reproduce"):
+# download --runtime sglang|vllm-latest, then pack --name wheelhouse-sglang|wheelhouse-vllm-latest, their parts in
+# .stage-sglang and .stage-vllm034, staged into the same $STAGE (the names keep them apart).
 set -uo pipefail
 STAGE=${STAGE:-/root/stage}
 WH=${WH:-/root/wheelhouse}
 RES=${RES:-/root/results}
 GPU_VENV=${GPU_VENV:-/root/venv-gpu}
 STOCK=${STOCK:-/root/stock}
+PEER_ROOT=${PEER_ROOT:-/root}  # wheelhouse-<peer>/ unpacked and venv-<peer>/ made here
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 
 case "${1:-}" in
@@ -66,7 +74,7 @@ all)
     step() { echo "=== $(($(date +%s) - t0)) s: $*"; }
     step "unpack"
     cat "$STAGE"/wheelhouse.tar.part-* | tar -x -C "$(dirname "$WH")" || exit 1
-    rm -rf "$STAGE"  # 2 GB of the host's 64 GB disk; a 16-layer model takes 15-23 GB
+    rm -f "$STAGE"/wheelhouse.tar.part-*  # 2 GB of the host's 64 GB disk; a 16-layer model takes 15-23 GB
     # SMOKE=0: the venv only (make gpu-venv), when the smoke test already passed on this stack
     target=smoke; [ "${SMOKE:-1}" = 0 ] && target=gpu-venv
     step "make $target (install from the wheelhouse, apply the series[, GPU smoke tests])"
@@ -74,6 +82,21 @@ all)
     echo "make $target exit: ${PIPESTATUS[0]}"
     step "stock vLLM 0.32.0 beside it (pristine wheel)"
     "$GPU_VENV/bin/python" -m pip install -q --no-index --no-deps --find-links "$WH" --target "$STOCK" vllm==0.32.0
+    peer_args=()
+    if [ -n "${PEERS:-}" ]; then
+        step "peer runtimes: $PEERS (beside $GPU_VENV)"
+        "$0" peers
+        for peer in $PEERS; do
+            py="$PEER_ROOT/venv-$peer/bin/python"
+            if [ -x "$py" ]; then
+                peer_args+=("--${peer}-python" "$py")
+            else
+                # the bench would refuse the whole run for an arm without its runtime: the lease measures the others
+                echo "PEER $peer: runtime not installed (above): its arm is taken out of E2E_ARGS for this run"
+                E2E_ARGS=$(echo " ${E2E_ARGS:-} " | sed "s/ $peer / /g")
+            fi
+        done
+    fi
     # a kernel that fails its bench or disagrees with vLLM's op stays out of the engine run (the log says so)
     kernel_bench() {  # MODULE OUT_DIR SWITCH
         "$GPU_VENV/bin/python" -m "bench.$1" --out "$RES/$2" || {
@@ -93,10 +116,29 @@ all)
     fi
     step "engine benchmark"
     "$GPU_VENV/bin/python" -m bench.e2e --stock-site "$STOCK" --image-python "$GPU_VENV/bin/python" \
+        ${peer_args[@]+"${peer_args[@]}"} \
         --models-dir /root/models --out "$RES/e2e" --ready-timeout 480 $([ "${PROFILE:-1}" = 0 ] || echo --profile) \
         ${E2E_ARGS:-}
     step "done"
     touch "$RES/DONE"
+    ;;
+peers)
+    # Each peer's wheelhouse from its parts ($STAGE/wheelhouse-<peer>.tar.part-*), its venv beside the image's
+    # (tools/peer_runtimes.py install), its wheelhouse removed (KEEP_PEER_WHEELS=1 keeps it: the disk is 64 GB), and
+    # a check that its Python imports its own lock's versions and not the image's vLLM (tools/peer_runtimes.py check)
+    rc=0
+    for peer in ${PEERS:-sglang vllm-latest}; do
+        if compgen -G "$STAGE/wheelhouse-$peer.tar.part-*" > /dev/null; then
+            cat "$STAGE"/wheelhouse-"$peer".tar.part-* | tar -x -C "$PEER_ROOT" && rm -f "$STAGE"/wheelhouse-"$peer".tar.part-*
+        fi
+        if ! python3 tools/peer_runtimes.py install "$peer" --wheelhouse "$PEER_ROOT/wheelhouse-$peer" \
+                --image-venv "$GPU_VENV" --venv "$PEER_ROOT/venv-$peer"; then
+            echo "$peer: runtime not installed"; rm -rf "$PEER_ROOT/venv-$peer"; rc=1; continue
+        fi
+        [ "${KEEP_PEER_WHEELS:-0}" = 1 ] || rm -rf "$PEER_ROOT/wheelhouse-$peer"
+        python3 tools/peer_runtimes.py check "$peer" --python "$PEER_ROOT/venv-$peer/bin/python" || rc=1
+    done
+    exit $rc
     ;;
 collect)
     [ -d "$RES" ] || { echo "no results yet"; exit 0; }
@@ -116,10 +158,10 @@ stop)
     pkill -TERM -f "h200_session.sh al[l]"; pkill -TERM -f "h200_session.sh tun[e]"; pkill -TERM -f moe_kernel_bench
     pkill -TERM -f "bench[.]e2e( |$)"
     for _ in $(seq 60); do pgrep -f "bench[.]e2e( |$)" > /dev/null || break; sleep 1; done
-    pgrep -fa "bench[.]e2e( |$)|VLLM::EngineCore" || echo "stopped"
+    pgrep -fa "bench[.]e2e( |$)|VLLM::EngineCore|sglang::" || echo "stopped"
     nvidia-smi --query-gpu=memory.used --format=csv,noheader
     ;;
 *)
-    sed -n 2,16p "$0"; exit 2
+    sed -n 2,22p "$0"; exit 2
     ;;
 esac

@@ -1,5 +1,6 @@
 """Start, wait for and stop servers on a free loopback port: the launcher (./entrypoint.sh serve -> the real
-engine), or any command that serves /ping (the engine bench's stock vLLM arms).
+engine), or any command that answers a readiness path with 200 (/ping: the engine bench's vLLM arms; SGLang's
+/health).
 
 Shared by the tests' fixtures (tests/conftest.py), the load generators (bench/lmi_vs_openai.py, bench/load.py) and
 the engine bench (bench/e2e); no pytest here, so a plain script can import it.
@@ -36,6 +37,7 @@ class Server:
     ready_s: float = 0.0  # spawn to /ping 200 (0 until then)
     name: str = ""  # what progress lines and reports call it
     failed: str | None = None  # why it will not serve: "exited with N", "not ready by the deadline"
+    ready_path: str = "/ping"  # the GET that answers 200 once the server serves
 
     @property
     def host(self) -> str:
@@ -46,9 +48,9 @@ class Server:
 
 
 def spawn(command: list[str], env: dict[str, str], log_path: Path, port: int, *, name: str = "", model: str = "",
-          cwd: Path | None = None, nice: int = 0) -> Server:
+          cwd: Path | None = None, nice: int = 0, ready_path: str = "/ping") -> Server:
     """Start a server's command, its output into log_path, in a session of its own (stop() ends the server and
-    every process it started), without waiting for it: wait_ready does.
+    every process it started), without waiting for it: wait_ready does (GET ready_path until 200).
 
     nice > 0 runs the server's whole session at that lower CPU priority (see yield_cpu)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -58,14 +60,17 @@ def spawn(command: list[str], env: dict[str, str], log_path: Path, port: int, *,
                                 stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True)
     if nice:
         yield_cpu(proc.pid, nice)
-    return Server(f"http://127.0.0.1:{port}", proc, log_path, model=model, started=started, name=name)
+    return Server(f"http://127.0.0.1:{port}", proc, log_path, model=model, started=started, name=name,
+                  ready_path=ready_path)
 
 
 def answers_ping(srv: Server) -> bool:
-    """One GET /ping: True on 200 (http.client, not urllib: no proxy variable of the host can reroute loopback)."""
-    conn = http.client.HTTPConnection(srv.host, timeout=2)
+    """One GET of the server's ready_path (/ping unless spawn was told otherwise): True on 200 (http.client, not
+    urllib: no proxy variable of the host can reroute loopback)."""
+    # SGLang's /health can run a one-token generation before it answers: more than /ping's 2 s at a cold start
+    conn = http.client.HTTPConnection(srv.host, timeout=2 if srv.ready_path == "/ping" else 30)
     try:
-        conn.request("GET", "/ping")
+        conn.request("GET", srv.ready_path)
         return conn.getresponse().status == 200
     except (OSError, http.client.HTTPException):
         return False
@@ -74,7 +79,7 @@ def answers_ping(srv: Server) -> bool:
 
 
 def wait_ready(servers: list[Server], timeout: float, report: Callable[[str], None] | None = None) -> None:
-    """Poll each server's /ping until every one answers 200 or has failed, recording its ready_s or why it
+    """Poll each server's ready_path (/ping) until every one answers 200 or has failed, recording its ready_s or why it
     failed: its process exited, or it was not ready `timeout` seconds from now (servers that start together
     share the deadline). `report` gets a line on each server's outcome (a failure's with its log tail)."""
     end = time.monotonic() + timeout

@@ -1,7 +1,8 @@
-"""The image against stock vLLM 0.32.0 in the real engine, side by side on one GPU.
+"""The image against stock vLLM 0.32.0 in the real engine, side by side on one GPU (and against its peers).
 
     python -m bench.e2e --stock-site DIR --image-python PY --models-dir DIR --out DIR [--reps 3] [--profile]
         [--layers N [MODEL=N ...]]   # e.g. --layers 94 qwen3-coder-480b-tp8-tensor=40: deployment depth
+        [--arms stock image sglang vllm-latest --sglang-python PY --vllm-latest-python PY]   # the peers too
 
 Every arm is an HTTP server on loopback: "image" is this project's launcher (./entrypoint.sh serve:
 the patched vLLM, configs/, the image's settings); "stock" is vLLM's own OpenAI server from the
@@ -22,6 +23,14 @@ trace of a short run at 1 and 32 clients gives each arm's GPU time by kernel cla
 
 Both arms take OpenAI bodies on /v1/completions (stock vLLM has no LMI bodies); what LMI bodies
 cost on top is measured by bench/lmi_vs_openai.py. Results: OUT/e2e.json and OUT/e2e.md.
+
+The peers a user would pick instead, each from a Python of its own (tools/peer_runtimes.py makes them on the GPU
+host), measured in the same turns and compared with the image figure by figure (e2e.md's image/peer table):
+"sglang" is SGLang 0.5.21's own server (python -m sglang.launch_server, its default MoE runner), "vllm-latest" stock
+vLLM 0.34.0 on torch 2.14 (vllm serve, the stock arm's flags). servers.PEERS says which SGLang setting carries which
+of vLLM's, and why (the same KV budget as tokens, the same context length and batch limit); SGLang is ready at
+/health (its /ping answers before its warm-up), and its compiles while serving are not counted (it logs none).
+--arms names them (the default leaves them out); a peer named without its runtime's Python is refused.
 
 The parts: models (the models, their arms and their weights), config (one run's settings), servers (each arm's
 server: command, environment, what its log says), workload (the HTTP client, prompts and measured runs), traces

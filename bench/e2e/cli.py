@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from pathlib import Path
 
 from . import __doc__ as DESCRIPTION
-from .config import Config
-from .models import ARMS, CPU_CHECK, DEFAULT_LAYERS, MODELS, chosen_models, parse_layers, with_layers
+from .config import PEER_RUNTIMES, Config
+from .models import ARMS, CPU_CHECK, DEFAULT_LAYERS, MODELS, PEER_ARMS, chosen_models, parse_layers, with_layers
 from .report import summarize
 from .run import run
 from .workload import LATENCY_CONCURRENCY, THROUGHPUT_CONCURRENCY
@@ -20,11 +21,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--stock-site", required=True, help="folder holding the pristine vllm package (stock arm)")
     p.add_argument("--image-python", default=d("image_python"),
                    help="Python with the patched vLLM (both arms run it)")
+    for arm, (field, what) in PEER_RUNTIMES.items():
+        p.add_argument("--" + field.replace("_", "-"), default=d(field), metavar="PY",
+                       help=f"the {arm} arm's Python: {what}; --arms {arm} is refused without it")
     p.add_argument("--models-dir", type=Path, required=True, help="where the models are made (kept between runs)")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--work", type=Path, default=d("work"))
     p.add_argument("--models", nargs="*", default=d("models"), choices=[m.name for m in MODELS + (CPU_CHECK,)])
-    p.add_argument("--arms", nargs="*", default=d("arms"), choices=ARMS, help="start only these of each model's arms")
+    p.add_argument("--arms", nargs="*", default=d("arms"), choices=ARMS,
+                   help="start only these of each model's arms (default: all but the peers, "
+                        + ", ".join(PEER_ARMS) + ")")
     p.add_argument("--layers", nargs="+", default=d("layers"), metavar="N|MODEL=N",
                    help="decoder layers: N for every model, MODEL=N for one (enough that the layers, not the "
                         "host's per-step work, set the step)")
@@ -47,6 +53,20 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def missing_runtimes(cfg: Config) -> list[str]:
+    """Why a peer arm named by --arms cannot start: its runtime's Python not given, or not a program there. A peer
+    is never skipped in silence: a run that asks for it without its runtime does not start."""
+    problems = []
+    for arm in (a for a in cfg.arms if a in PEER_RUNTIMES):
+        field, what = PEER_RUNTIMES[arm]
+        py, option = cfg.peer_python(arm), "--" + field.replace("_", "-")
+        if not py:
+            problems.append(f"--arms {arm}: its runtime is not given; {option} PY names the Python of {what}")
+        elif not (Path(py).is_file() and os.access(py, os.X_OK)):
+            problems.append(f"--arms {arm}: {option} {py} is not a program here ({what})")
+    return problems
+
+
 def main(argv: list[str] | None = None) -> int:
     p = parser()
     cfg = Config.from_args(p.parse_args(argv))
@@ -54,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
         depth = parse_layers(list(cfg.layers), list(dict.fromkeys(cfg.models)))
     except ValueError as e:
         p.error(str(e))
+    for problem in missing_runtimes(cfg):
+        p.error(problem)
     chosen = chosen_models(list(cfg.models))
     for m in chosen:
         if not m.preset and depth[m.name] != DEFAULT_LAYERS:

@@ -7,7 +7,16 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .models import ARMS, DEFAULT_LAYERS, MODELS
+from .models import DEFAULT_ARMS, DEFAULT_LAYERS, MODELS
+
+
+# Each peer arm's runtime: the Config field (and command-line option) naming its Python, and what that Python is.
+PEER_RUNTIMES = {
+    "sglang": ("sglang_python", "SGLang 0.5.21's runtime (tools/peer_runtimes.py sglang: the image's torch 2.13 "
+                                "and a site of SGLang's own pins)"),
+    "vllm-latest": ("vllm_latest_python", "stock vLLM 0.34.0's runtime (tools/peer_runtimes.py vllm-latest: torch "
+                                          "2.14 and vLLM 0.34.0)"),
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -16,11 +25,13 @@ class Config:
     in this order); the defaults are the command line's."""
     stock_site: str  # folder holding the pristine vllm package (the stock arms)
     image_python: str = sys.executable
+    sglang_python: str | None = None  # the Python of SGLang 0.5.21's runtime (the sglang arm); None: not given
+    vllm_latest_python: str | None = None  # the Python of vLLM 0.34.0's runtime (the vllm-latest arm)
     models_dir: Path
     out: Path
     work: Path = Path("/tmp/e2e-work")
     models: tuple[str, ...] = tuple(m.name for m in MODELS)
-    arms: tuple[str, ...] = ARMS
+    arms: tuple[str, ...] = DEFAULT_ARMS
     layers: tuple[str, ...] = (str(DEFAULT_LAYERS),)  # --layers as given: N, MODEL=N (models.parse_layers)
     drop_models: bool = False
     reps: int = 3
@@ -45,6 +56,10 @@ class Config:
         """The settings as e2e.json's "args" holds them: each as text, a list as Python writes one."""
         return {f.name: str(list(v) if isinstance(v := getattr(self, f.name), tuple) else v)
                 for f in dataclasses.fields(self)}
+
+    def peer_python(self, arm: str) -> str | None:
+        """The Python a peer arm runs from (PEER_RUNTIMES), None when the run was not given it."""
+        return getattr(self, PEER_RUNTIMES[arm][0])
 
     def home(self, server: str) -> Path:
         return self.work / "homes" / server

@@ -70,13 +70,19 @@ IMAGE_ARM_SETTINGS: dict[str, dict[str, object]] = {
     "image-vllm-quant": {"fp8_moe_one_launch_quant": False},
     "image-vllm-topk": {"moe_one_pass_topk": False},
 }
-MEASURED_ARMS = ("stock", "image", "image-stock-order", "image-vllm-quant", "image-vllm-topk")
+# The peers a user would pick instead of the image, each from a runtime of its own (bench/e2e/servers.py PEERS says
+# which settings of theirs match which of vLLM's, and why): "sglang" (SGLang 0.5.21's own server, its default MoE
+# runner) and "vllm-latest" (stock vLLM 0.34.0 on torch 2.14, with the stock arm's engine flags). Every GPU model
+# has them; a run starts them only when --arms names them, and refuses them unless their runtime is given
+# (--sglang-python, --vllm-latest-python).
+PEER_ARMS = ("sglang", "vllm-latest")
+MEASURED_ARMS = ("stock", "image", "image-stock-order", "image-vllm-quant", "image-vllm-topk", *PEER_ARMS)
 # Block FP8: the linear layers on vLLM's prebuilt CUTLASS block-scaled kernel in both arms, so that only the MoE
 # path differs. vLLM's default there is FlashInfer's DeepGEMM kernel, which the image builds with nvcc at start and
 # stock follows with DeepGEMM's JIT warm-up of 512 shapes (42-48 minutes on an H200 by its own estimate), beyond
 # one session's device time.
 BLOCK_FP8_ENGINE_ARGS = (("linear-backend", "cutlass"),)
-MODELS = (
+MODELS = tuple(replace(m, arms=(*m.arms, *PEER_ARMS)) for m in (
     Model("qwen3-235b-tp8-tensor", "qwen3-235b-a22b-tp8", "tensor",
           ("stock", "image", "image-vllm-quant", "image-vllm-topk", "stock-debug")),
     # Static activation scales: the only per-tensor checkpoints FlashInfer CUTLASS MoE accepts, so
@@ -92,10 +98,13 @@ MODELS = (
     Model("deepseek-v3-ep8-block", "deepseek-v3-ep8", "block", engine_args=BLOCK_FP8_ENGINE_ARGS),
     Model("qwen3-235b-tp4-block", "qwen3-235b-a22b-tp4", "block", engine_args=BLOCK_FP8_ENGINE_ARGS),
     Model("qwen3-coder-480b-tp4-block", "qwen3-coder-480b-a35b-tp4", "block", engine_args=BLOCK_FP8_ENGINE_ARGS),
-)
-# The embedded bf16 tiny model: a check of the bench itself on the CPU engine (--models tiny-cpu).
+))
+# The embedded bf16 tiny model: a check of the bench itself on the CPU engine (--models tiny-cpu), stock and image
+# only (the peers' runtimes are GPU builds).
 CPU_CHECK = Model("tiny-cpu", "", "")
 ARMS = tuple(sorted({arm for m in MODELS for arm in m.arms}))
+# What --arms starts when not given: every arm but the peers, whose runtimes a run must be given.
+DEFAULT_ARMS = tuple(a for a in ARMS if a not in PEER_ARMS)
 
 
 def chosen_models(names: list[str]) -> list[Model]:

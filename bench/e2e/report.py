@@ -1,9 +1,10 @@
-"""The tables of e2e.md: paired image/stock ratios per figure, GPU time by kernel class, each server's start."""
+"""The tables of e2e.md: paired arm/stock ratios per figure, the image against each peer (SGLang, the newest vLLM),
+GPU time by kernel class, each server's start."""
 from __future__ import annotations
 
 import statistics
 
-from .models import MEASURED_ARMS
+from .models import MEASURED_ARMS, PEER_ARMS
 from .traces import profile_steps
 from .workload import LATENCY_CONCURRENCY, THROUGHPUT_CONCURRENCY
 
@@ -32,16 +33,43 @@ def profile_table(results: dict) -> list[str]:
 
 
 def paired_ratios(runs: list[dict], model: str, kind: str, metric: str, clients: str,
-                  arm: str = "image") -> list[float]:
-    """Every repetition's arm/stock ratio for one figure (the arm's figure over the stock figure measured just
-    before it), over the recorded runs that measured it."""
+                  arm: str = "image", base: str = "stock") -> list[float]:
+    """Every repetition's arm/base ratio for one figure (the arm's figure over the base arm's figure of the same
+    repetition: stock is measured just before every other arm), over the recorded runs that measured it."""
     out = []
     for res in runs:
         reps = res["models"].get(model, {}).get("reps", {})
-        for st, im in zip(reps.get("stock", []), reps.get(arm, [])):
+        for st, im in zip(reps.get(base, []), reps.get(arm, [])):
             if clients in st[kind] and clients in im[kind]:
                 out.append(im[kind][clients][metric] / st[kind][clients][metric])
     return out
+
+
+FIGURES = ([("throughput", "tok_s", c) for c in THROUGHPUT_CONCURRENCY]
+           + [("latency", k, c) for c in LATENCY_CONCURRENCY
+              for k in ("ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms")])
+
+
+def peer_table(results: dict) -> list[str]:
+    """The image against each peer measured beside it: per figure the median of the repetitions' image/peer ratios
+    (output tokens/s above 1.0, times below 1.0 favour the image) and their range."""
+    rows = []
+    for mname, m in results["models"].items():
+        reps = m.get("reps", {})
+        for peer in [p for p in PEER_ARMS if reps.get(p) and reps.get("image")]:
+            for kind, metric, conc in FIGURES:
+                ratios = paired_ratios([results], mname, kind, metric, str(conc), "image", peer)
+                if not ratios:
+                    continue
+                pe = [r[kind][str(conc)][metric] for r in reps[peer]]
+                im = [r[kind][str(conc)][metric] for r in reps["image"]]
+                rows.append(f"| {mname} | image/{peer} | {metric} | {conc} | {statistics.median(pe):.1f} | "
+                            f"{statistics.median(im):.1f} | {statistics.median(ratios):.3f} | "
+                            f"{min(ratios):.3f}-{max(ratios):.3f} |")
+    if not rows:
+        return []
+    return ["", "| model | versus | metric | clients | peer | image | image/peer median | paired ratio range |",
+            "|---|---|---|---|---|---|---|---|"] + rows
 
 
 def summarize(results: dict) -> str:
@@ -53,9 +81,7 @@ def summarize(results: dict) -> str:
         for arm in [a for a in MEASURED_ARMS[1:] if reps.get(a)]:
             if not reps.get("stock"):
                 break
-            for kind, metric, conc in ([("throughput", "tok_s", c) for c in THROUGHPUT_CONCURRENCY]
-                                       + [("latency", k, c) for c in LATENCY_CONCURRENCY
-                                          for k in ("ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms")]):
+            for kind, metric, conc in FIGURES:
                 ratios = paired_ratios([results], mname, kind, metric, str(conc), arm)
                 if not ratios:  # not measured in this run (--clients)
                     continue
@@ -64,10 +90,13 @@ def summarize(results: dict) -> str:
                 out.append(f"| {mname} | {arm} | {metric} | {conc} | {statistics.median(st):.1f} | "
                            f"{statistics.median(im):.1f} | {statistics.median(ratios):.3f} | "
                            f"{min(ratios):.3f}-{max(ratios):.3f} |")
+    out += peer_table(results)
     out += profile_table(results)
-    out += ["", "| server | start to /ping 200 (s) | first request TTFT (ms) | JIT warnings | FlashInfer JIT builds |",
+    out += ["", "| server | start to ready (s): /ping 200, SGLang /health 200 | first request TTFT (ms) | JIT warnings "
+            "| FlashInfer JIT builds |",
             "|---|---|---|---|---|"]
     for name, s in results["servers"].items():
+        jit = s.get("jit_warnings", "-")
         out.append(f"| {name} | {s.get('ready_s') or s.get('failed')} | {s.get('first_ttft_ms', '-')} | "
-                   f"{s.get('jit_warnings', '-')} | {s.get('flashinfer_jit_builds', '-')} |")
+                   f"{'not counted' if jit is None else jit} | {s.get('flashinfer_jit_builds', '-')} |")
     return "\n".join(out) + "\n"

@@ -1,10 +1,12 @@
 """Each arm's server: its command and environment (the image through its launcher, stock as vLLM's own OpenAI
-server), its start (tools/launcher_process.py waits for it and stops it), and what its log says."""
+server, the peers from runtimes of their own), its start (tools/launcher_process.py waits for it and stops it), and
+what its log says."""
 from __future__ import annotations
 
 import json
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from serving.paths import ROOT
@@ -12,7 +14,7 @@ from serving.settings import TABLE, to_environment
 from tools.launcher_process import Server, free_port, spawn
 
 from .config import Config
-from .models import IMAGE_ARM_SETTINGS, Model
+from .models import IMAGE_ARM_SETTINGS, PEER_ARMS, Model
 
 JIT_WARNING = "JIT compilation during inference"
 MAX_NUM_SEQS = 128
@@ -21,6 +23,71 @@ MAX_NUM_SEQS = 128
 NOT_INHERITED = ("VLLM_TUNED_CONFIG_FOLDER", *(
     TABLE[key].engine_env for key in sorted({k for arm in IMAGE_ARM_SETTINGS.values() for k in arm}
                                             | {"flashinfer_sampler"})))
+# A peer's runtime is its Python alone: nothing of the bench's own search path reaches it.
+NOT_INHERITED_BY_PEERS = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")
+
+# SGLang's pool of KV tokens is sized by a memory profile, min(profiled, --max-total-tokens); the profile is the free
+# memory after its weights less (1 - mem_fraction_static) x the free memory before them. At 0.99 that slack is
+# about 1.4 GiB, so the profile cannot bind before the token cap does while the other arms of the model load beside
+# it (SGLang's own default on an H200 holds back about 13 GiB for activations and CUDA graphs, which here would cut
+# its pool short of the others' whenever they have taken that memory first). Nothing else reads the fraction: its
+# activations and CUDA graphs take what is free, as vLLM's do.
+SGLANG_MEM_FRACTION_STATIC = 0.99
+# How the readiness of each kind of server is asked: vLLM (the launcher, stock, vllm-latest) serves /ping once its
+# engine is up; SGLang's /ping answers 200 as soon as its HTTP server listens, before its warm-up request, and
+# /health answers 503 until that warm-up has run (then 200 after a one-token generation).
+READY_PATH = {"sglang": "/health"}
+
+
+@dataclass(frozen=True)
+class Matched:
+    """One engine setting of the stock arm (vLLM's flag), the setting that carries it to a peer, and why."""
+    vllm: str
+    sglang: str
+    vllm_latest: str
+    why: str
+
+
+# Which setting of each peer carries which of the stock arm's (vLLM 0.32's) engine settings, and why
+# (bench/RESULTS-archive.md "Peers: the settings matched" shows this table; tests/test_e2e_bench.py checks the
+# commands against it).
+PEERS = (
+    Matched("--model DIR", "--model-path DIR", "vllm serve DIR",
+            "the same checkpoint folder, served under the same name (SGLang's --served-model-name defaults to the "
+            "path, as vLLM's does): the workload's model id is one string"),
+    Matched("--host 127.0.0.1 --port P", "--host 127.0.0.1 --port P", "--host 127.0.0.1 --port P",
+            "the same scheme: loopback, a free port each"),
+    Matched("--max-model-len N", "--context-length N", "--max-model-len N",
+            "the longest sequence a request may have (prompt, output and 64 to spare)"),
+    Matched("--max-num-seqs 128", "--max-running-requests 128", "--max-num-seqs 128",
+            "the batch limit: requests scheduled at once (128 clients at most)"),
+    Matched("--kv-cache-memory-bytes B", "--max-total-tokens T (T = B over the KV bytes of a token, to vLLM's "
+            "16-token blocks)", "--kv-cache-memory-bytes B",
+            "the same KV budget: vLLM takes it in bytes and skips its memory profile; SGLang takes a pool of "
+            "tokens, so B becomes the tokens B holds (2 x layers x KV heads x head size x 2 bytes each for the "
+            "bf16 cache both keep; its log's '#tokens' and vLLM's 'GPU KV cache size' are recorded per server)"),
+    Matched("--gpu-memory-utilization G", f"--mem-fraction-static {SGLANG_MEM_FRACTION_STATIC}",
+            "--gpu-memory-utilization G",
+            "with a KV budget given, vLLM reads G only to check at start that this share of the GPU is free; "
+            "SGLang's fraction sizes its memory profile, set high enough that the token cap, not the profile, "
+            "decides its pool (SGLANG_MEM_FRACTION_STATIC)"),
+    Matched("--jit-monitor-verbose", "(none)", "--jit-monitor-verbose",
+            "vLLM logs every kernel compiled while serving; SGLang 0.5.21 has no such monitor, so its compiles "
+            "are not counted (the warm-up pass's first TTFT at each new concurrency shows a compile's stall)"),
+    Matched("--linear-backend cutlass (block-FP8 models)", "(none: its default, DeepGEMM on Hopper)",
+            "--linear-backend cutlass",
+            "SGLang 0.5.21 refuses --fp8-gemm-backend cutlass on SM90 ('deprecated on this hardware'); its "
+            "default block-FP8 linear kernel is DeepGEMM, compiled at start (SGLANG_JIT_DEEPGEMM_PRECOMPILE)"),
+    Matched("(vLLM's FP8 MoE backend order)", "(none: --moe-runner-backend auto)", "(its own order)",
+            "each engine's default MoE runner: SGLang's Triton fused MoE with its own per-Triton-version configs "
+            "(its log names the config file, or says it runs the default config)"),
+    Matched("--profiler-config {torch, dir} (--profile)", "SGLANG_TORCH_PROFILER_DIR=dir",
+            "--profiler-config {torch, dir}",
+            "the same torch-profiler window through each server's /start_profile and /stop_profile"),
+    Matched("(prefix caching, chunked prefill, CUDA graphs, sampler: defaults)",
+            "(radix cache, chunked prefill, CUDA graphs, sampler: defaults)", "(defaults)",
+            "each engine as its users get it; the prompts repeat across repetitions for every arm alike"),
+)
 
 
 def server_name(model: Model, arm: str) -> str:
@@ -49,28 +116,94 @@ def _without_nvcc(env: dict) -> dict:
     return env
 
 
-def server_command(cfg: Config, model: Model, arm: str, model_dir: Path, port: int) -> tuple[list[str], dict]:
-    """The command and environment of one arm's server: the image through its launcher (settings as OPTION_*
-    variables), stock as vLLM's own OpenAI server (the same settings as flags)."""
-    name = server_name(model, arm)
-    env = _cold_env(os.environ, cfg.home(name))
+def kv_bytes_per_token(model_dir: Path) -> int:
+    """Bytes of KV cache one token takes in the model of model_dir (its config.json), as both engines keep it: the
+    checkpoint's dtype (bf16), a key and a value per KV head and layer, or MLA's one latent vector and its rope
+    part per layer."""
+    c = json.loads((model_dir / "config.json").read_text())
+    elt = 4 if (c.get("torch_dtype") or c.get("dtype")) == "float32" else 2
+    if c.get("kv_lora_rank"):
+        return c["num_hidden_layers"] * (c["kv_lora_rank"] + c["qk_rope_head_dim"]) * elt
+    head_dim = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+    return 2 * c["num_hidden_layers"] * c.get("num_key_value_heads", c["num_attention_heads"]) * head_dim * elt
+
+
+def kv_tokens(kv_bytes: int, model_dir: Path, block: int = 16) -> int:
+    """The tokens a KV budget of kv_bytes holds, in whole blocks of `block` tokens as vLLM counts them (vLLM's log
+    of H200 run 9: 1.5 GiB, the 94-layer Qwen3-235B shard -> 'GPU KV cache size: 33,456 tokens')."""
+    return kv_bytes // kv_bytes_per_token(model_dir) // block * block
+
+
+def engine_args(cfg: Config, model: Model, name: str) -> dict[str, object]:
+    """The vLLM engine settings of the stock, image and vllm-latest arms (flag without dashes -> value, True for a
+    bare flag)."""
     # jit-monitor-verbose: vLLM's JIT monitor otherwise warns once per kernel, so a second compile of the
     # same kernel (stock's first larger batch) would leave no line to count
-    engine_args = {"jit-monitor-verbose": True,
-                   "max-num-seqs": str(MAX_NUM_SEQS), "max-model-len": str(cfg.in_tokens + cfg.out_tokens + 64),
-                   "gpu-memory-utilization": str(cfg.gpu_mem), "kv-cache-memory-bytes": str(cfg.kv_bytes),
-                   **dict(model.engine_args)}
+    args: dict[str, object] = {
+        "jit-monitor-verbose": True, "max-num-seqs": str(MAX_NUM_SEQS),
+        "max-model-len": str(cfg.in_tokens + cfg.out_tokens + 64), "gpu-memory-utilization": str(cfg.gpu_mem),
+        "kv-cache-memory-bytes": str(cfg.kv_bytes), **dict(model.engine_args)}
     if cfg.profile:
         prof = cfg.profile_dir(name)
         prof.mkdir(parents=True, exist_ok=True)
-        engine_args["profiler-config"] = json.dumps({"profiler": "torch", "torch_profiler_dir": str(prof),
-                                                     "torch_profiler_with_stack": False})
+        args["profiler-config"] = json.dumps({"profiler": "torch", "torch_profiler_dir": str(prof),
+                                              "torch_profiler_with_stack": False})
+    return args
+
+
+def _flags(args: dict[str, object]) -> list[str]:
+    out: list[str] = []
+    for k, v in args.items():
+        out += ["--" + k] if v is True else ["--" + k, str(v)]
+    return out
+
+
+# A model's own engine settings (Model.engine_args) as SGLang takes them: None where SGLang keeps its default (PEERS
+# says why). A model setting missing here stops the sglang arm rather than go unmatched.
+SGLANG_ENGINE_ARGS: dict[str, str | None] = {"linear-backend": None}
+
+
+def sglang_command(cfg: Config, model: Model, model_dir: Path, port: int) -> list[str]:
+    """SGLang 0.5.21's own server on the stock arm's settings, as PEERS matches them."""
+    extra = []
+    for k, v in model.engine_args:
+        if k not in SGLANG_ENGINE_ARGS:
+            raise ValueError(f"{model.name}: engine setting --{k} has no SGLang counterpart in SGLANG_ENGINE_ARGS")
+        if SGLANG_ENGINE_ARGS[k]:
+            extra += [SGLANG_ENGINE_ARGS[k], v]
+    return [cfg.sglang_python, "-m", "sglang.launch_server", "--model-path", str(model_dir),
+            "--host", "127.0.0.1", "--port", str(port),
+            "--context-length", str(cfg.in_tokens + cfg.out_tokens + 64),
+            "--max-running-requests", str(MAX_NUM_SEQS),
+            "--max-total-tokens", str(kv_tokens(cfg.kv_bytes, model_dir)),
+            "--mem-fraction-static", str(SGLANG_MEM_FRACTION_STATIC), *extra]
+
+
+def server_command(cfg: Config, model: Model, arm: str, model_dir: Path, port: int) -> tuple[list[str], dict]:
+    """The command and environment of one arm's server: the image through its launcher (settings as OPTION_*
+    variables), stock as `vllm serve` (the same settings as flags), vllm-latest as `vllm serve` of its
+    own runtime (the same flags), sglang as SGLang's server of its own runtime (PEERS)."""
+    name = server_name(model, arm)
+    env = _cold_env(os.environ, cfg.home(name))
+    args = engine_args(cfg, model, name)
     if arm in IMAGE_ARM_SETTINGS:
         env.update(to_environment({"model_id": str(model_dir), "host": "127.0.0.1", "port": port,
                                    **IMAGE_ARM_SETTINGS[arm],
-                                   **{k.replace("-", "_"): v for k, v in engine_args.items()}}))
+                                   **{k.replace("-", "_"): v for k, v in args.items()}}))
         env.update({"SERVING_PYTHON": cfg.image_python, "SERVING_MODEL_DIR": str(cfg.work / "no-model-dir")})
         cmd = [str(ROOT / "entrypoint.sh"), "serve"]
+    elif arm == "vllm-latest":
+        for k in NOT_INHERITED_BY_PEERS:
+            env.pop(k, None)
+        # vLLM's supported entry point (the `vllm` program is vllm.entrypoints.cli.main:main)
+        cmd = [cfg.vllm_latest_python, "-m", "vllm.entrypoints.cli.main", "serve", str(model_dir),
+               "--host", "127.0.0.1", "--port", str(port), *_flags(args)]
+    elif arm == "sglang":
+        for k in NOT_INHERITED_BY_PEERS:
+            env.pop(k, None)
+        if cfg.profile:
+            env["SGLANG_TORCH_PROFILER_DIR"] = str(cfg.profile_dir(name))  # made by engine_args
+        cmd = sglang_command(cfg, model, model_dir, port)
     else:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (cfg.stock_site, env.get("PYTHONPATH", "")) if p)
         if arm == "stock-no-nvcc":
@@ -79,28 +212,34 @@ def server_command(cfg: Config, model: Model, arm: str, model_dir: Path, port: i
             env["VLLM_LOGGING_LEVEL"] = "DEBUG"
         # `vllm serve`, as the image's launcher starts it (the stock arm runs the GPU wheel's `vllm` distribution)
         cmd = [cfg.image_python, "-m", "vllm.entrypoints.cli.main", "serve", str(model_dir),
-               "--host", "127.0.0.1", "--port", str(port)]
-        for k, v in engine_args.items():
-            cmd += ["--" + k] if v is True else ["--" + k, v]
+               "--host", "127.0.0.1", "--port", str(port), *_flags(args)]
     return cmd, env
 
 
 def start_server(cfg: Config, model: Model, arm: str, model_dir: Path) -> Server:
-    """One arm's server, started in a session of its own (launcher_process.stop ends it and its engine)."""
+    """One arm's server, started in a session of its own (launcher_process.stop ends it and its engine). The
+    peers start in their own home folder, so that no module of this repository shadows one of their runtime's
+    (python -m puts the working folder first on the path)."""
     port = free_port()
     name = server_name(model, arm)
     cmd, env = server_command(cfg, model, arm, model_dir, port)
-    return spawn(cmd, env, cfg.log_path(name), port, name=name, model=str(model_dir), cwd=ROOT)
+    cwd = cfg.home(name) if arm in PEER_ARMS else ROOT
+    return spawn(cmd, env, cfg.log_path(name), port, name=name, model=str(model_dir), cwd=cwd,
+                 ready_path=READY_PATH.get(arm, "/ping"))
 
 
 def log_facts(s: Server) -> dict:
-    """What the engine log says about routing, warm-up, FlashInfer and JIT compiles."""
+    """What the engine log says about routing, warm-up, FlashInfer, the KV pool and JIT compiles. SGLang logs no
+    compile while serving: its count is None (not counted), not 0."""
     text = s.log()
     pick = re.compile(r"Fp8 MoE backend|TRITON preferred|Warming up the fused-MoE|FlashInfer|Building JIT module|"
-                      r"nvcc|Using .*MoE|moe backend|does not support the deployment", re.I)
+                      r"nvcc|Using .*MoE|moe backend|does not support the deployment|"
+                      r"KV cache size|KV Cache is allocated|max_total_num_tokens|MoE kernel config|moe_runner|"
+                      r"DeepGEMM|deep_gemm|Capture cuda graph", re.I)
     lines = []
     for ln in text.splitlines():
         if pick.search(ln) and len(lines) < 40:
             lines.append(ln[-300:])
-    return {"jit_warnings": text.count(JIT_WARNING), "flashinfer_jit_builds": text.count("Building JIT module"),
-            "log_lines": lines}
+    sglang = s.name.endswith(".sglang")
+    return {"jit_warnings": None if sglang else text.count(JIT_WARNING),
+            "flashinfer_jit_builds": text.count("Building JIT module"), "log_lines": lines}
