@@ -27,9 +27,10 @@ PLANTED_SECRETS = {
 }
 
 
-# The session's server runs every default, compiled execution included. The other servers test what does not
-# depend on it and serve eager: a boot then skips torch.compile, 13 of its CPU-seconds here (init engine 14.3 s
-# compiled, 1.2 s eager).
+# The session's server runs every default, compiled execution included, and so does a server whose answers are
+# compared with its answers (compiled and eager numerics differ: the compat server). The other servers test what
+# does not depend on it and serve eager: a boot then skips torch.compile, 13 of its CPU-seconds here (init engine
+# 14.3 s compiled, 1.2 s eager).
 EAGER = {"OPTION_ENFORCE_EAGER": "true"}
 
 # The environment every test server starts from: the session's, as it was before any test ran. Servers spawn
