@@ -185,6 +185,9 @@ def server_command(cfg: Config, model: Model, arm: str, model_dir: Path, port: i
     own runtime (the same flags), sglang as SGLang's server of its own runtime (PEERS)."""
     name = server_name(model, arm)
     env = _cold_env(os.environ, cfg.home(name))
+    if arm in PEER_ARMS:
+        for k in NOT_INHERITED_BY_PEERS:
+            env.pop(k, None)
     args = engine_args(cfg, model, name)
     if arm in IMAGE_ARM_SETTINGS:
         env.update(to_environment({"model_id": str(model_dir), "host": "127.0.0.1", "port": port,
@@ -193,14 +196,10 @@ def server_command(cfg: Config, model: Model, arm: str, model_dir: Path, port: i
         env.update({"SERVING_PYTHON": cfg.image_python, "SERVING_MODEL_DIR": str(cfg.work / "no-model-dir")})
         cmd = [str(ROOT / "entrypoint.sh"), "serve"]
     elif arm == "vllm-latest":
-        for k in NOT_INHERITED_BY_PEERS:
-            env.pop(k, None)
         # vLLM's supported entry point (the `vllm` program is vllm.entrypoints.cli.main:main)
         cmd = [cfg.vllm_latest_python, "-m", "vllm.entrypoints.cli.main", "serve", str(model_dir),
                "--host", "127.0.0.1", "--port", str(port), *_flags(args)]
     elif arm == "sglang":
-        for k in NOT_INHERITED_BY_PEERS:
-            env.pop(k, None)
         if cfg.profile:
             env["SGLANG_TORCH_PROFILER_DIR"] = str(cfg.profile_dir(name))  # made by engine_args
         cmd = sglang_command(cfg, model, model_dir, port)
