@@ -479,6 +479,9 @@ def test_the_peers_commands_carry_the_profile_and_a_model_setting_sglang_has_no_
     cfg, shard = _peer_config(tmp_path, profile=True), _shard(tmp_path, "deepseek-v3-tp8", 61)
     cmd, env = servers.server_command(cfg, block, "sglang", shard, 8003)
     assert "--linear-backend" not in cmd and servers.SGLANG_ENGINE_ARGS["linear-backend"] is None
+    assert env["SGLANG_JIT_DEEPGEMM_PRECOMPILE"] == "false"  # DeepGEMM compiled as used, not for 16K sizes at start
+    tensor = next(m for m in models.MODELS if m.fp8 == "tensor")
+    assert "SGLANG_JIT_DEEPGEMM_PRECOMPILE" not in servers.server_command(cfg, tensor, "sglang", shard, 8003)[1]
     assert env["SGLANG_TORCH_PROFILER_DIR"] == str(cfg.profile_dir(f"{block.name}.sglang"))
     latest, _ = servers.server_command(cfg, block, "vllm-latest", shard, 8004)
     assert json.loads(_flag(latest, "--profiler-config"))["torch_profiler_dir"] == str(

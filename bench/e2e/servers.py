@@ -74,10 +74,13 @@ PEERS = (
     Matched("--jit-monitor-verbose", "(none)", "--jit-monitor-verbose",
             "vLLM logs every kernel compiled while serving; SGLang 0.5.21 has no such monitor, so its compiles "
             "are not counted (the warm-up pass's first TTFT at each new concurrency shows a compile's stall)"),
-    Matched("--linear-backend cutlass (block-FP8 models)", "(none: its default, DeepGEMM on Hopper)",
+    Matched("--linear-backend cutlass (block-FP8 models)",
+            "SGLANG_JIT_DEEPGEMM_PRECOMPILE=false (its default kernel, DeepGEMM on Hopper, compiled as used)",
             "--linear-backend cutlass",
             "SGLang 0.5.21 refuses --fp8-gemm-backend cutlass on SM90 ('deprecated on this hardware'); its "
-            "default block-FP8 linear kernel is DeepGEMM, compiled at start (SGLANG_JIT_DEEPGEMM_PRECOMPILE)"),
+            "default block-FP8 linear kernel is DeepGEMM, which by default it compiles at start for every M up to "
+            "16K (10-20 minutes by its own log, beyond a device lease): compiled as used instead, during each arm's "
+            "warm-up pass, so its start to first 200 leaves that compile out and its first requests carry it"),
     Matched("(vLLM's FP8 MoE backend order)", "(none: --moe-runner-backend auto)", "(its own order)",
             "each engine's default MoE runner: SGLang's Triton fused MoE with its own per-Triton-version configs "
             "(its log names the config file, or says it runs the default config)"),
@@ -161,6 +164,8 @@ def _flags(args: dict[str, object]) -> list[str]:
 # A model's own engine settings (Model.engine_args) as SGLang takes them: None where SGLang keeps its default (PEERS
 # says why). A model setting missing here stops the sglang arm rather than go unmatched.
 SGLANG_ENGINE_ARGS: dict[str, str | None] = {"linear-backend": None}
+# ... and the environment SGLang takes in their stead (PEERS says why).
+SGLANG_ENGINE_ENV: dict[str, dict[str, str]] = {"linear-backend": {"SGLANG_JIT_DEEPGEMM_PRECOMPILE": "false"}}
 
 
 def sglang_command(cfg: Config, model: Model, model_dir: Path, port: int) -> list[str]:
@@ -203,6 +208,8 @@ def server_command(cfg: Config, model: Model, arm: str, model_dir: Path, port: i
         if cfg.profile:
             env["SGLANG_TORCH_PROFILER_DIR"] = str(cfg.profile_dir(name))  # made by engine_args
         cmd = sglang_command(cfg, model, model_dir, port)
+        for k, _ in model.engine_args:
+            env.update(SGLANG_ENGINE_ENV.get(k, {}))
     else:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (cfg.stock_site, env.get("PYTHONPATH", "")) if p)
         if arm == "stock-no-nvcc":
