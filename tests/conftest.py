@@ -7,6 +7,8 @@ shared one after its other users.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any, Callable
@@ -55,12 +57,15 @@ def _check_engine_mark() -> None:
     assert item is None or item.get_closest_marker("engine"), f"{item.nodeid} uses the engine: mark it engine"
 
 
-def spawn_server(tmp: Path, env_extra: dict[str, str] | None = None, args: list[str] | None = None) -> Server:
+SERVER_NICE = 10  # the server under test must not starve the test client (launcher_process.yield_cpu)
+
+
+def spawn_server(tmp: Path, env_extra: dict[str, str] | None = None, args: list[str] | None = None,
+                 nice: int = SERVER_NICE) -> Server:
     """The launcher on a free loopback port, with planted secrets and the hub offline (loopback only), not yet
     ready (await_server waits for it)."""
     env = {**PLANTED_SECRETS, "HF_HUB_OFFLINE": "1", **(env_extra or {})}
-    # nice: the server under test must not starve the test client (launcher_process.yield_cpu)
-    return launcher_process.spawn_launcher(tmp, env, args, nice=10, base_env=SESSION_ENV)
+    return launcher_process.spawn_launcher(tmp, env, args, nice=nice, base_env=SESSION_ENV)
 
 
 def await_server(srv: Server, name: str) -> Server:
@@ -89,17 +94,39 @@ def pytest_terminal_summary(terminalreporter):
 # one after another). So every server the selected tests will use is spawned while the tests that need no engine
 # run, which go first; the fixtures then wait for it. A server holds about 2 GiB, so the next one is spawned only
 # while the machine has EARLY_MEMORY_FLOOR available; a test that needs a server not yet spawned spawns it itself.
+# The starts share two cores, so each gets a CPU priority by its first use: the one the first engine test needs at
+# SERVER_NICE, the next one step nicer, and so on (to 19). It is then ready first, and its tests run while the
+# later ones still boot.
 
-EARLY: dict[str, Callable[[Path], Any]] = {}  # fixture name -> its start, fn(tmp) -> an object with .proc
+EARLY: dict[str, Callable[[Path, int], Any]] = {}  # fixture name -> its start, fn(tmp, nice) -> an object with .proc
 EARLY_MEMORY_FLOOR = 5 << 30  # bytes of MemAvailable
 
 
 def starts_early(fixture: str):
-    """Register fn(tmp) as the early start of `fixture`: made at the session's start when a selected test uses it."""
+    """Register fn(tmp, nice) as the early start of `fixture`: made at the session's start when a selected test
+    uses it, its processes at CPU priority `nice`."""
     def register(fn):
         EARLY[fixture] = fn
         return fn
     return register
+
+
+TESTS = Path(__file__).resolve().parent
+_BUILD = "import importlib, sys; from pathlib import Path; m, f = sys.argv[1].split(':'); " \
+         "getattr(importlib.import_module(m), f)(Path(sys.argv[2]))"
+
+
+def made_by_child(builder: str, out: Path) -> Path:
+    """`out`, made by builder ("module:function" of tests/ or the repository, called with out) in a child Python.
+    An early start's model folder is made so, never in the spawning thread: that thread runs beside the tests, and
+    importing transformers there while a test imports vLLM in the main thread can leave a module half-initialized
+    for the test ("cannot import name 'PreTrainedConfig' from 'transformers'")."""
+    env = {**SESSION_ENV, "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS)])}
+    done = subprocess.run([sys.executable, "-c", _BUILD, builder, str(out)], cwd=TESTS, env=env,
+                          capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"{builder}({out}) failed with exit {done.returncode}:\n{done.stderr[-3000:]}")
+    return out
 
 
 def _memory_available() -> int:
@@ -115,6 +142,7 @@ class EarlyStarts:
 
     def __init__(self, names: list[str], mktemp: Callable[[str], Path]):
         self.started: dict[str, Any] = {}
+        self._nice = {name: min(19, SERVER_NICE + rank) for rank, name in enumerate(names)}
         self._mktemp = mktemp
         self._lock = threading.Lock()
         self._closed = threading.Event()
@@ -139,7 +167,7 @@ class EarlyStarts:
             if name not in self.started:
                 if self._closed.is_set():
                     raise RuntimeError(f"early start {name} asked for after the session's servers were stopped")
-                self.started[name] = EARLY[name](self._mktemp(name))
+                self.started[name] = EARLY[name](self._mktemp(name), self._nice.get(name, 19))
             return self.started[name]
 
     def close(self) -> None:
@@ -152,8 +180,9 @@ class EarlyStarts:
 
 @pytest.fixture(scope="session", autouse=True)
 def early_starts(request, tmp_path_factory) -> EarlyStarts:
-    used = {name for item in request.session.items for name in item.fixturenames}
-    starts = EarlyStarts([name for name in EARLY if name in used], tmp_path_factory.mktemp)
+    # in the order of first use (the tests' order: pytest_collection_modifyitems)
+    first_use = dict.fromkeys(name for item in request.session.items for name in item.fixturenames if name in EARLY)
+    starts = EarlyStarts(list(first_use), tmp_path_factory.mktemp)
     yield starts
     starts.close()
 
@@ -174,8 +203,8 @@ def pytest_collection_modifyitems(items):
 
 
 @starts_early("server")
-def _session_server(tmp: Path) -> Server:
-    return spawn_server(tmp)
+def _session_server(tmp: Path, nice: int) -> Server:
+    return spawn_server(tmp, nice=nice)
 
 
 @pytest.fixture(scope="session")
@@ -188,12 +217,11 @@ def server(request) -> Server:
 
 
 @starts_early("adapter_server")
-def _adapter_server(tmp: Path) -> Server:
-    from adapter_model import adapter_model_dir
-
-    mdir = adapter_model_dir(tmp / "model")
+def _adapter_server(tmp: Path, nice: int) -> Server:
+    mdir = made_by_child("adapter_model:adapter_model_dir", tmp / "model")
     return spawn_server(tmp, {"SERVING_MODEL_DIR": str(mdir), "OPTION_ENABLE_STATEFUL_SESSIONS": "true",
-                              "OPTION_ENABLE_AUTO_TOOL_CHOICE": "true", "OPTION_TOOL_CALL_PARSER": "hermes", **EAGER})
+                              "OPTION_ENABLE_AUTO_TOOL_CHOICE": "true", "OPTION_TOOL_CALL_PARSER": "hermes", **EAGER},
+                        nice=nice)
 
 
 @pytest.fixture(scope="session")
@@ -256,13 +284,11 @@ STALL_BOUND_S = 3  # client_body_timeout of user_code_server: short, so the stal
 
 
 @starts_early("user_code_server")
-def _user_code_server(tmp: Path) -> Server:
-    from user_code import lmi_model_folder
-
-    mdir = lmi_model_folder(tmp / "model")
+def _user_code_server(tmp: Path, nice: int) -> Server:
+    mdir = made_by_child("user_code:lmi_model_folder", tmp / "model")
     return spawn_server(tmp, {"SERVING_MODEL_DIR": str(mdir), "LMI_CACHE_DIR": str(tmp / "cache"),
                               "PIP_NO_INDEX": "1", "OPTION_CLIENT_BODY_TIMEOUT": str(STALL_BOUND_S),
-                              "CUSTOM_FASTAPI_PING_HANDLER": "lmi_fixture_greeting:ping", **EAGER})
+                              "CUSTOM_FASTAPI_PING_HANDLER": "lmi_fixture_greeting:ping", **EAGER}, nice=nice)
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import EAGER, Server, await_server, early, spawn_server, starts_early, stop
+from conftest import EAGER, Server, await_server, early, made_by_child, spawn_server, starts_early, stop
 from serving.tiny_model import TinySpec, ensure
 
 pytestmark = pytest.mark.engine
@@ -79,12 +79,16 @@ class Stream(threading.Thread):
             self.first.set()
 
 
+def long_context_model(out: Path) -> Path:
+    """The tiny model with room for the long stream's positions (the embedded one has 2,048)."""
+    return ensure(out, TinySpec(max_position=LONG + 1024))
+
+
 @starts_early("drain_server")
-def _drain_server(tmp: Path) -> Server:
-    # The tiny model with room for the long stream's positions (the embedded one has 2,048).
-    model = ensure(tmp / "long-context", TinySpec(max_position=LONG + 1024))
+def _drain_server(tmp: Path, nice: int) -> Server:
+    model = made_by_child("test_drain:long_context_model", tmp / "long-context")
     return spawn_server(tmp, {"OPTION_SHUTDOWN_TIMEOUT": str(DRAIN_S), "OPTION_MODEL_ID": str(model),
-                              "OPTION_MAX_MODEL_LEN": str(LONG + 1024), **EAGER})
+                              "OPTION_MAX_MODEL_LEN": str(LONG + 1024), **EAGER}, nice=nice)
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ import pytest
 from bench.e2e import cli, models, report, servers, traces, workload
 from bench.e2e.config import Config
 from conftest import READY_TIMES, SESSION_ENV, early, starts_early
+from tools.launcher_process import yield_cpu
 
 ROOT = Path(__file__).resolve().parent.parent
 H200_RUN_3 = ROOT / "bench" / "data" / "h200_engine_3" / "e2e.json"
@@ -31,16 +32,18 @@ TOKENS = 16
 
 
 @starts_early("run")
-def _bench_check(tmp: Path) -> SimpleNamespace:
+def _bench_check(tmp: Path, nice: int) -> SimpleNamespace:
     stock_site = tmp / "stock-site"  # empty: the stock arm runs vLLM's own server on this venv's vLLM
     stock_site.mkdir()
     cmd = [sys.executable, "-m", "bench.e2e", "--stock-site", str(stock_site), "--models-dir",
            str(tmp / "models"), "--out", str(tmp / "out"), "--work", str(tmp / "work"), "--models", "tiny-cpu",
            "--reps", "2", "--waves", "1", "--ready-timeout", "600", "--in-tokens", str(TOKENS), "--out-tokens",
            str(TOKENS), "--clients", *map(str, CLIENTS)]
-    with open(tmp / "stdout.txt", "wb") as out:  # in a session of its own: stop() ends it and its servers
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                env=SESSION_ENV)
+    # in a session of its own (stop() ends it and its servers), at `nice`: its servers' sessions inherit that
+    with open(tmp / "stdout.txt", "wb") as out:
+        proc = subprocess.Popen(["nice", "-n", str(nice), *cmd], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True, env=SESSION_ENV)
+    yield_cpu(proc.pid, nice)
     return SimpleNamespace(proc=proc, tmp=tmp)
 
 

@@ -123,9 +123,9 @@ def test_engine_death_under_load_exits_nonzero_promptly(server):
 
 
 @starts_early("tp2_server")
-def _tp2_server(tmp: Path) -> Server:
+def _tp2_server(tmp: Path, nice: int) -> Server:
     return spawn_server(tmp, {"OPTION_TENSOR_PARALLEL_DEGREE": "2", "VLLM_CPU_OMP_THREADS_BIND": "0|1",
-                              "OPTION_KV_CACHE_MEMORY_BYTES": "268435456", **EAGER})
+                              "OPTION_KV_CACHE_MEMORY_BYTES": "268435456", **EAGER}, nice=nice)
 
 
 @pytest.fixture

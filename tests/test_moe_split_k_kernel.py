@@ -2,7 +2,7 @@
 it, run by Triton's interpreter on the CPU (tests/moe_split_k_check.py, in its
 own process) against a float32 reference: naive and aligned expert
 assignment, per-tensor and [128,128] block scales, swap-AB forced on, both
-GEMMs, two launches each; the workspace must be left zeroed. The H200 harness
+GEMMs, a second launch of each at M=1; the workspace must be left zeroed. The H200 harness
 (bench/moe/) runs the same code on the GPU."""
 from __future__ import annotations
 
@@ -38,7 +38,8 @@ def result(tmp_path_factory):
 def test_every_case_matches_the_reference(result):
     bad = {k: v for k, v in result["cases"].items() if not v["ok"]}
     assert not bad, bad
-    assert len(result["cases"]) == 2 * 2 * 2 * 4 * 2
+    # shapes x M x GEMMs x configs, and each M=1 case launched twice
+    assert len(result["cases"]) == 2 * 2 * 2 * 4 + 2 * 2 * 4
 
 
 def test_split_k_configs_run_the_split_k_kernel_only(result):

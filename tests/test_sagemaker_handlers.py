@@ -20,7 +20,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import EAGER, PLANTED_SECRETS, Server, await_server, early, spawn_server, starts_early, stop
+from conftest import (EAGER, PLANTED_SECRETS, Server, await_server, early, made_by_child, spawn_server, starts_early,
+                      stop)
 from user_code import THIRD_PARTY, model_folder
 
 pytestmark = pytest.mark.engine
@@ -38,14 +39,19 @@ DRAIN_S = 20
 V1_AUTH = {"Authorization": f"Bearer {PLANTED_SECRETS['OPTION_API_KEY']}"}  # the api_key every test server gets (conftest.PLANTED_SECRETS)
 
 
+def handlers_model_folder(dest: Path) -> Path:
+    """The tiny model with AWS's two examples and the tests' post-processor."""
+    return model_folder(dest, {"model.py": EXAMPLES / "handlers_discovery.py",
+                               "preprocessing_postprocessing.py": EXAMPLES / "preprocessing_postprocessing.py",
+                               "post.py": POST_PY})
+
+
 @starts_early("handlers_server")
-def _handlers_server(tmp: Path) -> Server:
-    mdir = model_folder(tmp / "model", {"model.py": EXAMPLES / "handlers_discovery.py",
-                                        "preprocessing_postprocessing.py": EXAMPLES / "preprocessing_postprocessing.py",
-                                        "post.py": POST_PY})
+def _handlers_server(tmp: Path, nice: int) -> Server:
+    mdir = made_by_child("test_sagemaker_handlers:handlers_model_folder", tmp / "model")
     return spawn_server(tmp, {"SERVING_MODEL_DIR": str(mdir), "OPTION_SHUTDOWN_TIMEOUT": str(DRAIN_S),
                               "CUSTOM_PRE_PROCESS": "preprocessing_postprocessing.py:custom_pre_process",
-                              "CUSTOM_POST_PROCESS": "post.py:mark", **EAGER})
+                              "CUSTOM_POST_PROCESS": "post.py:mark", **EAGER}, nice=nice)
 
 
 @pytest.fixture(scope="module")

@@ -75,8 +75,8 @@ def test_line_iterator_reads_openai_sse_split_anywhere(server, greedy):
 # -- a server with LMI's tgi_compat and output_formatter=jsonlines ---------------------------------
 
 @starts_early("compat")
-def _compat_server(tmp: Path):
-    return spawn_server(tmp, {"OPTION_TGI_COMPAT": "true", "OPTION_OUTPUT_FORMATTER": "jsonlines"})
+def _compat_server(tmp: Path, nice: int):
+    return spawn_server(tmp, {"OPTION_TGI_COMPAT": "true", "OPTION_OUTPUT_FORMATTER": "jsonlines"}, nice=nice)
 
 
 @pytest.fixture(scope="module")

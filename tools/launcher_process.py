@@ -52,14 +52,16 @@ def spawn(command: list[str], env: dict[str, str], log_path: Path, port: int, *,
     """Start a server's command, its output into log_path, in a session of its own (stop() ends the server and
     every process it started), without waiting for it: wait_ready does (GET ready_path until 200).
 
-    nice > 0 runs the server's whole session at that lower CPU priority (see yield_cpu)."""
+    nice > 0 runs the server's whole session at that much lower CPU priority than the caller's (see yield_cpu):
+    a server's session is never less nice than the process that spawned it."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen((["nice", "-n", str(nice)] if nice else []) + command, stdout=log,
                                 stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True)
-    if nice:
-        yield_cpu(proc.pid, nice)
+    session_nice = min(19, nice + os.getpriority(os.PRIO_PROCESS, 0))
+    if session_nice:
+        yield_cpu(proc.pid, session_nice)
     return Server(f"http://127.0.0.1:{port}", proc, log_path, model=model, started=started, name=name,
                   ready_path=ready_path)
 
