@@ -3,6 +3,7 @@ spawn, wait_ready (servers started together, one deadline), require_ready, stop.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -89,3 +90,19 @@ def test_a_server_is_ready_on_its_own_path(tmp_path):
             stop(s.proc, grace=5)
     assert health.ready_s > 0 and health.failed is None and health.ready_path == "/health"
     assert ping.failed == "not ready by the deadline" and ping.ready_path == "/ping"
+
+
+def test_a_servers_session_is_never_less_nice_than_its_spawner(tmp_path):
+    """spawn from a process at nice 5: the server runs at 5 plus what spawn was asked for, and so does its session's
+    scheduling group (Linux autogroup, where the kernel has it), which is what weighs against other sessions."""
+    code = ("import os, sys, time; from pathlib import Path; from tools.launcher_process import spawn, stop; "
+            "os.nice(5); s = spawn(['sleep', '30'], dict(os.environ), Path(sys.argv[1]), 1, nice=int(sys.argv[2])); "
+            "time.sleep(0.3); g = Path(f'/proc/{s.proc.pid}/autogroup'); "
+            "print(os.getpriority(os.PRIO_PROCESS, s.proc.pid), g.read_text().split()[-1] if g.exists() else '-'); "
+            "stop(s.proc, grace=1)")
+    autogroup = Path("/proc/self/autogroup").exists()
+    for asked, expected in ((0, "5"), (3, "8"), (30, "19")):
+        out = subprocess.run([sys.executable, "-c", code, str(tmp_path / f"{asked}.log"), str(asked)],
+                             capture_output=True, text=True, timeout=60, cwd=Path(__file__).parents[1])
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert out.stdout.split() == [expected, expected if autogroup else "-"], (asked, out.stdout)
