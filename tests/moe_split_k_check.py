@@ -46,8 +46,9 @@ def main() -> int:
                 W = Weights(sh, gemm, 1, dev, seed=i)
                 ref = reference(sh, gemm, inp, W, 0)
                 for name, cfg in CONFIGS.items():
-                    # a second launch must find the workspace zeroed again: checked at M=1, where a launch is
-                    # cheapest under the interpreter (each workspace size is reused the same way at every M)
+                    # a second launch must find the workspace zeroed again: launched twice at M=1, where a launch
+                    # is cheapest under the interpreter; that every workspace (M=9's too) is left zeroed, which is
+                    # what a second launch relies on, is checked below
                     for rep in range(2 if M == 1 else 1):
                         n0 = len(calls)
                         try:
