@@ -38,7 +38,7 @@ def _bench_check(tmp: Path, nice: int) -> SimpleNamespace:
     cmd = [sys.executable, "-m", "bench.e2e", "--stock-site", str(stock_site), "--models-dir",
            str(tmp / "models"), "--out", str(tmp / "out"), "--work", str(tmp / "work"), "--models", "tiny-cpu",
            "--reps", "2", "--waves", "1", "--ready-timeout", "600", "--in-tokens", str(TOKENS), "--out-tokens",
-           str(TOKENS), "--clients", *map(str, CLIENTS)]
+           str(TOKENS), "--clients", *map(str, CLIENTS), "--cross-check", "1"]
     # in a session of its own (stop() ends it and its servers), at `nice`: its servers' sessions inherit that
     with open(tmp / "stdout.txt", "wb") as out:
         proc = subprocess.Popen(["nice", "-n", str(nice), *cmd], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
@@ -101,6 +101,63 @@ def test_summary_gives_a_ratio_per_metric(run):
     assert len(rows) == len(measured) + 4 * len([c for c in workload.LATENCY_CONCURRENCY if c in CLIENTS])
     tok1 = next(r for r in rows if "| tok_s | 1 |" in r).split("|")
     assert float(tok1[7]) > 0  # the median image/stock ratio
+
+
+@pytest.mark.engine
+def test_cross_check_measures_each_arm_with_vllms_own_client(run):
+    """After the bench's own repetitions, vLLM's `vllm bench serve` (its module, from the image's Python) measured
+    each arm at each measured concurrency, every request completed, and e2e.md sets its ratios beside the bench's."""
+    out, stdout = run
+    cc = json.loads((out / "e2e.json").read_text())["models"]["tiny-cpu"]["cross_check"]
+    measured = {str(c) for c in workload.THROUGHPUT_CONCURRENCY if c in CLIENTS}
+    assert set(cc) == {"stock", "image"}
+    for arm, reps in cc.items():
+        assert len(reps) == 1, arm
+        rep = reps[0]
+        assert set(rep["requests"]) == set(rep["throughput"]) == measured, rep
+        for c, req in rep["requests"].items():
+            assert req == {"completed": int(c), "failed": 0}  # --waves 1: one request per client
+            assert rep["throughput"][c]["tok_s"] > 0 and rep["latency"][c]["ttft_p50_ms"] > 0
+    md = (out / "e2e.md").read_text()
+    assert "Cross-check with vLLM's `vllm bench serve`" in md
+    row = next(ln for ln in md.splitlines() if ln.startswith("| tiny-cpu | image/stock | tok_s | 1 |")).split("|")
+    assert float(row[5].split()[0]) > 0 and float(row[6].split()[0]) > 0 and row[7].strip() in ("yes", "no")
+    assert "cross-check with 4 measurements" in stdout  # 2 arms x 2 concurrencies, one repetition
+
+
+def test_cross_check_table_sets_the_clients_ratios_beside_the_benchs():
+    """Paired ratios of the cross-check's repetitions beside the bench's own; 'ranges overlap' says whether they
+    agree within their spread; a failed cross-check is named, not dropped."""
+    def rep(tok_s):
+        return {"throughput": {"1": {"tok_s": tok_s}}, "latency": {}}
+    res = {"args": {"out_tokens": "16"}, "servers": {}, "models": {"m": {
+        "reps": {"stock": [rep(100), rep(100)], "image": [rep(120), rep(125)]},
+        "cross_check": {"stock": [rep(100), rep(100)], "image": [rep(122), rep(130)]}}}}
+    md = report.summarize(res)
+    assert "| m | image/stock | tok_s | 1 | 1.225 (1.200-1.250) | 1.260 (1.220-1.300) | yes |" in md
+    res["models"]["m"]["cross_check"]["image"] = [rep(90), rep(95)]
+    assert "| m | image/stock | tok_s | 1 | 1.225 (1.200-1.250) | 0.925 (0.900-0.950) | no |" in report.summarize(res)
+    res["models"]["m"]["cross_check"] = {"error": "RuntimeError('the client exited 1')"}
+    assert "- m: the cross-check failed: RuntimeError('the client exited 1')" in report.summarize(res)
+
+
+def test_the_cross_check_plan_alternates_arms_on_the_same_prompts(tmp_path):
+    """Repetition, then arm, then concurrency; each arm of a repetition gets the same seed (the same prompts), and
+    the client's arguments parse with vLLM's own parser."""
+    from vllm.benchmarks.serve import add_cli_args
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    from bench.e2e import crosscheck
+    entries = crosscheck.plan({"stock": "http://127.0.0.1:1", "image": "http://127.0.0.1:2"}, "m", tmp_path, 128,
+                              128, (1, 8), 4, 2)
+    assert [(e["rep"], e["arm"], e["clients"]) for e in entries] == [
+        (r, a, c) for r in (0, 1) for a in ("stock", "image") for c in (1, 8)]
+    parser = FlexibleArgumentParser()
+    add_cli_args(parser)
+    args = parser.parse_args(entries[-1]["argv"])
+    assert (args.base_url, args.max_concurrency, args.num_prompts, args.seed) == ("http://127.0.0.1:2", 8, 32, 1)
+    assert (args.random_input_len, args.random_output_len, args.ignore_eos, args.dataset_name) == (
+        128, 128, True, "random")
 
 
 def test_profile_steps_follow_the_window():

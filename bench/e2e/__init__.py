@@ -3,6 +3,7 @@
     python -m bench.e2e --stock-site DIR --image-python PY --models-dir DIR --out DIR [--reps 3] [--profile]
         [--layers N [MODEL=N ...]]   # e.g. --layers 94 qwen3-coder-480b-tp8-tensor=40: deployment depth
         [--arms stock image sglang vllm-latest --sglang-python PY --vllm-latest-python PY]   # the peers too
+        [--cross-check N]            # then N repetitions by vLLM's own client, `vllm bench serve`
 
 Every arm is an HTTP server on loopback: "image" is this project's launcher (./entrypoint.sh serve:
 the patched vLLM, configs/, the image's settings); "stock" is vLLM's own OpenAI server from the
@@ -32,8 +33,12 @@ of vLLM's, and why (the same KV budget as tokens, the same context length and ba
 /health (its /ping answers before its warm-up), and its compiles while serving are not counted (it logs none).
 --arms names them (the default leaves them out); a peer named without its runtime's Python is refused.
 
+With --cross-check N, every measured arm is measured again after the bench's own repetitions by a client this
+project did not write, vLLM's `vllm bench serve` (random prompts of the same lengths, ignore_eos, the same
+concurrencies, the arms alternating), and e2e.md sets its paired ratios beside the bench's own.
+
 The parts: models (the models, their arms and their weights), config (one run's settings), servers (each arm's
-server: command, environment, what its log says), workload (the HTTP client, prompts and measured runs), traces
-(GPU time by kernel class from the profiler), report (the tables of e2e.md), run (one run, model by model), cli
-(the command line).
+server: command, environment, what its log says), workload (the HTTP client, prompts and measured runs), crosscheck
+(the same arms by vLLM's own client), traces (GPU time by kernel class from the profiler), report (the tables of
+e2e.md), run (one run, model by model), cli (the command line).
 """

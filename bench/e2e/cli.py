@@ -50,6 +50,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--clients", type=int, nargs="+", choices=sorted(set(THROUGHPUT_CONCURRENCY + LATENCY_CONCURRENCY)),
                    help="measure only these concurrencies (default: all); the warm-up pass and the profiles "
                         "still cover every one")
+    p.add_argument("--cross-check", type=int, default=d("cross_check"), metavar="N",
+                   help="after the bench's own repetitions, N more of every measured arm by vLLM's own client "
+                        "(vllm bench serve, the image's Python) at the same concurrencies and lengths; e2e.md "
+                        "sets its ratios beside the bench's own (default 0: none)")
     return p
 
 

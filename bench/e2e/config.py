@@ -43,6 +43,7 @@ class Config:
     ready_timeout: float = 900
     profile: bool = False
     clients: tuple[int, ...] | None = None  # None: every concurrency
+    cross_check: int = 0  # repetitions of the cross-check with vLLM's own client (crosscheck); 0: none
 
     @classmethod
     def from_args(cls, ns: argparse.Namespace) -> "Config":

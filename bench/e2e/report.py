@@ -1,9 +1,11 @@
 """The tables of e2e.md: paired arm/stock ratios per figure, the image against each peer (SGLang, the newest vLLM),
-GPU time by kernel class, each server's start."""
+the cross-check's ratios beside the bench's own, GPU time by kernel class, each server's start."""
 from __future__ import annotations
 
 import statistics
 
+from .crosscheck import CLIENT
+from .crosscheck import FIGURES as CROSS_FIGURES
 from .models import MEASURED_ARMS, PEER_ARMS
 from .traces import profile_steps
 from .workload import LATENCY_CONCURRENCY, THROUGHPUT_CONCURRENCY
@@ -33,18 +35,23 @@ def profile_table(results: dict) -> list[str]:
 
 
 def paired_ratios(runs: list[dict], model: str, kind: str, metric: str, clients: str,
-                  arm: str = "image", base: str = "stock") -> list[float]:
+                  arm: str = "image", base: str = "stock", section: str = "reps") -> list[float]:
     """Every repetition's arm/base ratio for one figure (the arm's figure over the base arm's figure of the same
-    repetition: stock is measured just before every other arm), over the recorded runs that measured it."""
+    repetition: stock is measured just before every other arm), over the recorded runs that measured it; section
+    "cross_check": the same from the cross-check's repetitions (crosscheck)."""
     out = []
     for res in runs:
-        reps = res["models"].get(model, {}).get("reps", {})
+        reps = res["models"].get(model, {}).get(section, {})
+        if not isinstance(reps, dict) or "error" in reps:
+            continue
         for st, im in zip(reps.get(base, []), reps.get(arm, [])):
             if clients in st[kind] and clients in im[kind]:
                 out.append(im[kind][clients][metric] / st[kind][clients][metric])
     return out
 
 
+# The figures the cross-check's client reports too (crosscheck.FIGURES), in the bench's names.
+CROSS_CHECK_FIGURES = tuple(CROSS_FIGURES.values())
 FIGURES = ([("throughput", "tok_s", c) for c in THROUGHPUT_CONCURRENCY]
            + [("latency", k, c) for c in LATENCY_CONCURRENCY
               for k in ("ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms")])
@@ -72,6 +79,42 @@ def peer_table(results: dict) -> list[str]:
             "|---|---|---|---|---|---|---|---|"] + rows
 
 
+def _median_range(ratios: list[float]) -> str:
+    return f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})" if ratios else "-"
+
+
+def cross_check_table(results: dict) -> list[str]:
+    """The cross-check (vLLM's own client) beside the bench's own figures: per pair of arms (each arm against stock,
+    the image against each peer) and figure, the median paired ratio and range of each; they agree where the two
+    ranges overlap."""
+    rows, errors = [], []
+    for mname, m in results["models"].items():
+        cc = m.get("cross_check")
+        if not cc:
+            continue
+        if "error" in cc:
+            errors.append(f"{mname}: the cross-check failed: {cc['error']}")
+            continue
+        pairs = [(arm, "stock") for arm in MEASURED_ARMS[1:] if cc.get(arm) and cc.get("stock")]
+        pairs += [("image", peer) for peer in PEER_ARMS if cc.get(peer) and cc.get("image")]
+        for arm, base in pairs:
+            for kind, metric in CROSS_CHECK_FIGURES:
+                for conc in sorted({c for rep in cc[arm] for c in rep[kind]}, key=int):
+                    own = paired_ratios([results], mname, kind, metric, conc, arm, base)
+                    theirs = paired_ratios([results], mname, kind, metric, conc, arm, base, "cross_check")
+                    if not theirs:
+                        continue
+                    agree = "-" if not own else (
+                        "yes" if min(theirs) <= max(own) and min(own) <= max(theirs) else "no")
+                    rows.append(f"| {mname} | {arm}/{base} | {metric} | {conc} | {_median_range(own)} | "
+                                f"{_median_range(theirs)} | {agree} |")
+    if not rows and not errors:
+        return []
+    return (["", f"Cross-check with {CLIENT} (paired ratios: median (range)):", "",
+             "| model | ratio | metric | clients | this bench | cross-check | ranges overlap |",
+             "|---|---|---|---|---|---|---|"] + rows + [f"- {e}" for e in errors])
+
+
 def summarize(results: dict) -> str:
     """e2e.md from e2e.json's results."""
     out = ["| model | arm | metric | clients | stock | arm | arm/stock median | paired ratio range |",
@@ -91,6 +134,7 @@ def summarize(results: dict) -> str:
                            f"{statistics.median(im):.1f} | {statistics.median(ratios):.3f} | "
                            f"{min(ratios):.3f}-{max(ratios):.3f} |")
     out += peer_table(results)
+    out += cross_check_table(results)
     out += profile_table(results)
     out += ["", "| server | start to ready (s): /ping 200, SGLang /health 200 | first request TTFT (ms) | JIT warnings "
             "| FlashInfer JIT builds |",

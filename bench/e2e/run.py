@@ -5,15 +5,18 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from pathlib import Path
 
 from tools.launcher_process import Server, stop, wait_ready
 
 from .config import Config
+from .crosscheck import cross_check, plan
 from .models import MEASURED_ARMS, Model, make_model
 from .report import summarize
 from .servers import log_facts, start_server
 from .traces import profile
-from .workload import LATENCY_CONCURRENCY, Workload, completion_body, first_pass, request_json, streamed, sweep
+from .workload import (LATENCY_CONCURRENCY, THROUGHPUT_CONCURRENCY, Workload, completion_body, first_pass, request_json,
+                       streamed, sweep)
 
 
 def log(msg: str) -> None:
@@ -52,7 +55,7 @@ class Run:
                 self.results["servers"][s.name] = {"ready_s": round(s.ready_s, 1) if s.ready_s else None,
                                                    "failed": s.failed}
             self.save()
-            self.measure(m, {arm: s for arm, s in group.items() if not s.failed})
+            self.measure(m, {arm: s for arm, s in group.items() if not s.failed}, model_dir)
         except Exception as e:  # one model's failure (a server died mid-run) keeps the others' figures
             log(f"{m.name}: measurement failed: {e!r}")
             self.results["models"].setdefault(m.name, {})["error"] = repr(e)[:500]
@@ -66,8 +69,8 @@ class Run:
             if cfg.drop_models:
                 shutil.rmtree(model_dir, ignore_errors=True)
 
-    def measure(self, m: Model, arms: dict[str, Server]) -> None:
-        """One model's warm-up pass per arm, the alternating repetitions, and the profiles."""
+    def measure(self, m: Model, arms: dict[str, Server], model_dir: Path) -> None:
+        """One model's warm-up pass per arm, the alternating repetitions, the cross-check, and the profiles."""
         if not arms:
             return
         cfg = self.cfg
@@ -94,6 +97,17 @@ class Run:
         for s in arms.values():
             self.record_facts(s)
         self.save()
+        if cfg.cross_check:
+            clients = tuple(c for c in THROUGHPUT_CONCURRENCY if not cfg.clients or c in cfg.clients)
+            entries = plan({arm: arms[arm].host for arm in measured}, model_id, model_dir, cfg.in_tokens,
+                           cfg.out_tokens, clients, cfg.waves, cfg.cross_check)
+            try:
+                mres["cross_check"] = cross_check(cfg.image_python, entries, cfg.work / "crosscheck" / m.name,
+                                                  timeout=cfg.ready_timeout + 60 * len(entries))
+            except Exception as e:  # the cross-check is extra: record why it failed, keep the figures
+                mres["cross_check"] = {"error": repr(e)[:500]}
+            log(f"{m.name}: cross-check with {len(entries)} measurements")
+            self.save()
         if cfg.profile:
             for arm in measured:
                 for c in LATENCY_CONCURRENCY:
