@@ -137,6 +137,16 @@ def test_cross_check_table_sets_the_clients_ratios_beside_the_benchs():
     assert "| m | image/stock | tok_s | 1 | 1.225 (1.200-1.250) | 1.260 (1.220-1.300) | yes |" in md
     res["models"]["m"]["cross_check"]["image"] = [rep(90), rep(95)]
     assert "| m | image/stock | tok_s | 1 | 1.225 (1.200-1.250) | 0.925 (0.900-0.950) | no |" in report.summarize(res)
+    zero = {"throughput": {"1": {"tok_s": 0.0}}, "latency": {}}  # no ratio over a zero: the pair is left out
+    res["models"]["m"]["cross_check"] = {"stock": [zero, rep(100)], "image": [rep(110), rep(124)]}
+    assert "| m | image/stock | tok_s | 1 | 1.225 (1.200-1.250) | 1.240 (1.240-1.240) | yes |" in report.summarize(res)
+    failed = {"throughput": {}, "latency": {}, "requests": {"1": {"completed": 0, "failed": 1,
+                                                               "error": "no request completed (1 failed)"}}}
+    res["models"]["m"]["cross_check"]["image"] = [rep(110), failed]
+    md = report.summarize(res)
+    assert "- m image repetition 1, 1 clients: no request completed (1 failed)" in md
+    # neither repetition pairs (a zero base, a failed measurement): no cross-check row for the figure
+    assert not any(ln.startswith("| m | image/stock | tok_s | 1 |") for ln in md.splitlines())
     res["models"]["m"]["cross_check"] = {"error": "RuntimeError('the client exited 1')"}
     assert "- m: the cross-check failed: RuntimeError('the client exited 1')" in report.summarize(res)
 

@@ -26,22 +26,22 @@ FIGURES = {"output_throughput": ("throughput", "tok_s"), "median_ttft_ms": ("lat
            "median_itl_ms": ("latency", "itl_p50_ms")}
 
 
-def client_args(host: str, model_id: str, tokenizer: Path, in_tokens: int, out_tokens: int, clients: int,
+def client_args(url: str, model_id: str, tokenizer: Path, in_tokens: int, out_tokens: int, clients: int,
                 waves: int, seed: int) -> list[str]:
     """The client's command line for one measurement (the same prompts for every arm of a repetition: one seed)."""
-    return ["--backend", "openai", "--base-url", host, "--model", model_id, "--tokenizer", str(tokenizer),
+    return ["--backend", "openai", "--base-url", url, "--model", model_id, "--tokenizer", str(tokenizer),
             "--dataset-name", "random", "--random-input-len", str(in_tokens), "--random-output-len", str(out_tokens),
             "--random-range-ratio", "0", "--num-prompts", str(waves * clients), "--max-concurrency", str(clients),
             "--ignore-eos", "--seed", str(seed), "--disable-tqdm"]
 
 
-def plan(hosts: dict[str, str], model_id: str, tokenizer: Path, in_tokens: int, out_tokens: int,
+def plan(urls: dict[str, str], model_id: str, tokenizer: Path, in_tokens: int, out_tokens: int,
          clients: tuple[int, ...], waves: int, reps: int) -> list[dict]:
-    """Every measurement of one model, in the order they run: repetition, then arm (in the order given), then
-    concurrency."""
+    """Every measurement of one model (urls: arm -> its server's http://host:port), in the order they run:
+    repetition, then arm (in the order given), then concurrency."""
     return [{"arm": arm, "rep": rep, "clients": c,
-             "argv": client_args(host, model_id, tokenizer, in_tokens, out_tokens, c, waves, seed=rep)}
-            for rep in range(reps) for arm, host in hosts.items() for c in clients]
+             "argv": client_args(url, model_id, tokenizer, in_tokens, out_tokens, c, waves, seed=rep)}
+            for rep in range(reps) for arm, url in urls.items() for c in clients]
 
 
 def as_reps(rows: list[dict]) -> dict[str, list[dict]]:
@@ -53,12 +53,10 @@ def as_reps(rows: list[dict]) -> dict[str, list[dict]]:
         while len(reps) <= row["rep"]:
             reps.append({"throughput": {}, "latency": {}, "requests": {}})
         rep, c = reps[row["rep"]], str(row["clients"])
-        if "error" in row:
-            rep["requests"][c] = {"error": row["error"]}
-            continue
-        for name, (kind, metric) in FIGURES.items():
-            rep[kind].setdefault(c, {})[metric] = row[name]
-        rep["requests"][c] = {"completed": row["completed"], "failed": row["failed"]}
+        rep["requests"][c] = {k: row[k] for k in ("completed", "failed", "error") if k in row}
+        if "error" not in row:
+            for name, (kind, metric) in FIGURES.items():
+                rep[kind].setdefault(c, {})[metric] = row[name]
     return out
 
 
@@ -92,7 +90,11 @@ def main(argv: list[str]) -> int:
             row = {k: e[k] for k in ("arm", "rep", "clients")}
             try:
                 r = bench_main(parser.parse_args(e["argv"]))
-                row.update({k: float(r[k]) for k in FIGURES}, completed=int(r["completed"]), failed=int(r["failed"]))
+                row.update(completed=int(r["completed"]), failed=int(r["failed"]))
+                if row["completed"]:
+                    row.update({k: float(r[k]) for k in FIGURES})
+                else:  # no figure to keep: the client's log says why each request failed
+                    row["error"] = f"no request completed ({row['failed']} failed)"
             except Exception as ex:  # noqa: BLE001 -- one measurement's failure is recorded; the others still run
                 row["error"] = repr(ex)[:300]
             out.write(json.dumps(row) + "\n")

@@ -45,7 +45,9 @@ def paired_ratios(runs: list[dict], model: str, kind: str, metric: str, clients:
         if not isinstance(reps, dict) or "error" in reps:
             continue
         for st, im in zip(reps.get(base, []), reps.get(arm, [])):
-            if clients in st[kind] and clients in im[kind]:
+            # a zero base has no ratio (the cross-check's client reports an inter-token latency of 0 where a
+            # server sends the whole output in one chunk)
+            if clients in st[kind] and clients in im[kind] and st[kind][clients][metric]:
                 out.append(im[kind][clients][metric] / st[kind][clients][metric])
     return out
 
@@ -95,6 +97,12 @@ def cross_check_table(results: dict) -> list[str]:
         if "error" in cc:
             errors.append(f"{mname}: the cross-check failed: {cc['error']}")
             continue
+        for arm, reps in cc.items():  # measurements with failed requests: named under the table
+            for i, rep in enumerate(reps):
+                for conc, req in sorted(rep.get("requests", {}).items(), key=lambda kv: int(kv[0])):
+                    if req.get("failed") or "error" in req:
+                        errors.append(f"{mname} {arm} repetition {i}, {conc} clients: "
+                                      f"{req.get('error') or str(req['failed']) + ' requests failed'}")
         pairs = [(arm, "stock") for arm in MEASURED_ARMS[1:] if cc.get(arm) and cc.get("stock")]
         pairs += [("image", peer) for peer in PEER_ARMS if cc.get(peer) and cc.get("image")]
         for arm, base in pairs:

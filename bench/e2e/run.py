@@ -99,7 +99,7 @@ class Run:
         self.save()
         if cfg.cross_check:
             clients = tuple(c for c in THROUGHPUT_CONCURRENCY if not cfg.clients or c in cfg.clients)
-            entries = plan({arm: arms[arm].host for arm in measured}, model_id, model_dir, cfg.in_tokens,
+            entries = plan({arm: arms[arm].url for arm in measured}, model_id, model_dir, cfg.in_tokens,
                            cfg.out_tokens, clients, cfg.waves, cfg.cross_check)
             try:
                 mres["cross_check"] = cross_check(cfg.image_python, entries, cfg.work / "crosscheck" / m.name,
