@@ -182,6 +182,10 @@ class EarlyStarts:
 def early_starts(request, tmp_path_factory) -> EarlyStarts:
     # in the order of first use (the tests' order: pytest_collection_modifyitems)
     first_use = dict.fromkeys(name for item in request.session.items for name in item.fixturenames if name in EARLY)
+    # the session's temporary root made here, before the thread: pytest makes it at its first use, and the thread's
+    # first mktemp and a test's first tmp_path at once can each make one (a test then fails in setup: "... is not
+    # a normalized and relative path")
+    tmp_path_factory.getbasetemp()
     starts = EarlyStarts(list(first_use), tmp_path_factory.mktemp)
     yield starts
     starts.close()
