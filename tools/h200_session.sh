@@ -149,7 +149,9 @@ collect)
     benches=$(cd "$RES" && ls quant/fp8_quant.* router/router_topk.* 2>/dev/null)
     [ -n "$benches" ] && tar -czf "$OUT/kernel-benches.tar.gz" -C "$RES" $benches
     [ -d "$RES/e2e/logs" ] && tar -czf "$OUT/e2e-logs.tar.gz" -C "$RES/e2e" logs
-    [ -d /tmp/e2e-work/logs ] && tar -czf "$OUT/e2e-live-logs.tar.gz" -C /tmp/e2e-work logs
+    # the servers' logs while they run, and the cross-check client's report (bench/e2e/crosscheck.py)
+    [ -d /tmp/e2e-work/logs ] && tar -czf "$OUT/e2e-live-logs.tar.gz" -C /tmp/e2e-work logs \
+        $(cd /tmp/e2e-work && ls -d crosscheck 2>/dev/null)
     tail -n 25 "$RES/session.log"
     [ -f "$RES/DONE" ] && echo "SESSION DONE"
     ;;
