@@ -138,7 +138,8 @@ def _memory_available() -> int:
 
 
 class EarlyStarts:
-    """The selected early starts, spawned in registration order by a thread, each once memory allows."""
+    """The selected early starts, spawned by a thread in the order given (their first use), each once memory
+    allows, at CPU priorities in that order."""
 
     def __init__(self, names: list[str], mktemp: Callable[[str], Path]):
         self.started: dict[str, Any] = {}

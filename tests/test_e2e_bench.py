@@ -16,7 +16,7 @@ import pytest
 from bench.e2e import cli, models, report, servers, traces, workload
 from bench.e2e.config import Config
 from conftest import READY_TIMES, SESSION_ENV, early, starts_early
-from tools.launcher_process import yield_cpu
+from tools.launcher_process import start_session
 
 ROOT = Path(__file__).resolve().parent.parent
 H200_RUN_3 = ROOT / "bench" / "data" / "h200_engine_3" / "e2e.json"
@@ -41,9 +41,7 @@ def _bench_check(tmp: Path, nice: int) -> SimpleNamespace:
            str(TOKENS), "--clients", *map(str, CLIENTS), "--cross-check", "1"]
     # in a session of its own (stop() ends it and its servers), at `nice`: its servers' sessions inherit that
     with open(tmp / "stdout.txt", "wb") as out:
-        proc = subprocess.Popen(["nice", "-n", str(nice), *cmd], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True, env=SESSION_ENV)
-    yield_cpu(proc.pid, nice)
+        proc = start_session(cmd, SESSION_ENV, out, ROOT, nice)
     return SimpleNamespace(proc=proc, tmp=tmp)
 
 

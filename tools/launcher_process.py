@@ -47,21 +47,27 @@ class Server:
         return self.log_path.read_text(errors="replace")
 
 
-def spawn(command: list[str], env: dict[str, str], log_path: Path, port: int, *, name: str = "", model: str = "",
-          cwd: Path | None = None, nice: int = 0, ready_path: str = "/ping") -> Server:
-    """Start a server's command, its output into log_path, in a session of its own (stop() ends the server and
-    every process it started), without waiting for it: wait_ready does (GET ready_path until 200).
-
-    nice > 0 runs the server's whole session at that much lower CPU priority than the caller's (see yield_cpu):
-    a server's session is never less nice than the process that spawned it."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen((["nice", "-n", str(nice)] if nice else []) + command, stdout=log,
-                                stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True)
+def start_session(command: list[str], env: Mapping[str, str], stdout, cwd: Path | None = None,
+                  nice: int = 0) -> subprocess.Popen:
+    """Start command in a session of its own (stop() ends it and every process it started), stdout and stderr into
+    the open file stdout. nice > 0 runs the whole session at that much lower CPU priority than the caller's (see
+    yield_cpu): a session is never less nice than the process that started it."""
+    proc = subprocess.Popen((["nice", "-n", str(nice)] if nice else []) + command, stdout=stdout,
+                            stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True)
     session_nice = min(19, nice + os.getpriority(os.PRIO_PROCESS, 0))
     if session_nice:
         yield_cpu(proc.pid, session_nice)
+    return proc
+
+
+def spawn(command: list[str], env: dict[str, str], log_path: Path, port: int, *, name: str = "", model: str = "",
+          cwd: Path | None = None, nice: int = 0, ready_path: str = "/ping") -> Server:
+    """Start a server's command, its output into log_path, in a session of its own at CPU priority `nice`
+    (start_session), without waiting for it: wait_ready does (GET ready_path until 200)."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    with open(log_path, "wb") as log:
+        proc = start_session(command, env, log, cwd, nice)
     return Server(f"http://127.0.0.1:{port}", proc, log_path, model=model, started=started, name=name,
                   ready_path=ready_path)
 

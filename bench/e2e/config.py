@@ -58,6 +58,11 @@ class Config:
         return {f.name: str(list(v) if isinstance(v := getattr(self, f.name), tuple) else v)
                 for f in dataclasses.fields(self)}
 
+    @property
+    def max_model_len(self) -> int:
+        """The longest sequence a request may have, every arm's context length: prompt, output and 64 to spare."""
+        return self.in_tokens + self.out_tokens + 64
+
     def peer_python(self, arm: str) -> str | None:
         """The Python a peer arm runs from (PEER_RUNTIMES), None when the run was not given it."""
         return getattr(self, PEER_RUNTIMES[arm][0])

@@ -59,6 +59,22 @@ FIGURES = ([("throughput", "tok_s", c) for c in THROUGHPUT_CONCURRENCY]
               for k in ("ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms")])
 
 
+def ratio_rows(results: dict, mname: str, arm: str, base: str, label: str) -> list[str]:
+    """One model's rows of arm against base, figure by figure (those measured: --clients): the medians of each
+    arm's figure, and the median and range of the repetitions' paired arm/base ratios."""
+    reps, rows = results["models"][mname]["reps"], []
+    for kind, metric, conc in FIGURES:
+        ratios = paired_ratios([results], mname, kind, metric, str(conc), arm, base)
+        if not ratios:
+            continue
+        b = [r[kind][str(conc)][metric] for r in reps[base]]
+        a = [r[kind][str(conc)][metric] for r in reps[arm]]
+        rows.append(f"| {mname} | {label} | {metric} | {conc} | {statistics.median(b):.1f} | "
+                    f"{statistics.median(a):.1f} | {statistics.median(ratios):.3f} | "
+                    f"{min(ratios):.3f}-{max(ratios):.3f} |")
+    return rows
+
+
 def peer_table(results: dict) -> list[str]:
     """The image against each peer measured beside it: per figure the median of the repetitions' image/peer ratios
     (output tokens/s above 1.0, times below 1.0 favour the image) and their range."""
@@ -66,15 +82,7 @@ def peer_table(results: dict) -> list[str]:
     for mname, m in results["models"].items():
         reps = m.get("reps", {})
         for peer in [p for p in PEER_ARMS if reps.get(p) and reps.get("image")]:
-            for kind, metric, conc in FIGURES:
-                ratios = paired_ratios([results], mname, kind, metric, str(conc), "image", peer)
-                if not ratios:
-                    continue
-                pe = [r[kind][str(conc)][metric] for r in reps[peer]]
-                im = [r[kind][str(conc)][metric] for r in reps["image"]]
-                rows.append(f"| {mname} | image/{peer} | {metric} | {conc} | {statistics.median(pe):.1f} | "
-                            f"{statistics.median(im):.1f} | {statistics.median(ratios):.3f} | "
-                            f"{min(ratios):.3f}-{max(ratios):.3f} |")
+            rows += ratio_rows(results, mname, "image", peer, f"image/{peer}")
     if not rows:
         return []
     return ["", "| model | versus | metric | clients | peer | image | image/peer median | paired ratio range |",
@@ -132,15 +140,7 @@ def summarize(results: dict) -> str:
         for arm in [a for a in MEASURED_ARMS[1:] if reps.get(a)]:
             if not reps.get("stock"):
                 break
-            for kind, metric, conc in FIGURES:
-                ratios = paired_ratios([results], mname, kind, metric, str(conc), arm)
-                if not ratios:  # not measured in this run (--clients)
-                    continue
-                st = [r[kind][str(conc)][metric] for r in reps["stock"]]
-                im = [r[kind][str(conc)][metric] for r in reps[arm]]
-                out.append(f"| {mname} | {arm} | {metric} | {conc} | {statistics.median(st):.1f} | "
-                           f"{statistics.median(im):.1f} | {statistics.median(ratios):.3f} | "
-                           f"{min(ratios):.3f}-{max(ratios):.3f} |")
+            out += ratio_rows(results, mname, arm, "stock", arm)
     out += peer_table(results)
     out += cross_check_table(results)
     out += profile_table(results)

@@ -144,7 +144,7 @@ def engine_args(cfg: Config, model: Model, name: str) -> dict[str, object]:
     # same kernel (stock's first larger batch) would leave no line to count
     args: dict[str, object] = {
         "jit-monitor-verbose": True, "max-num-seqs": str(MAX_NUM_SEQS),
-        "max-model-len": str(cfg.in_tokens + cfg.out_tokens + 64), "gpu-memory-utilization": str(cfg.gpu_mem),
+        "max-model-len": str(cfg.max_model_len), "gpu-memory-utilization": str(cfg.gpu_mem),
         "kv-cache-memory-bytes": str(cfg.kv_bytes), **dict(model.engine_args)}
     if cfg.profile:
         prof = cfg.profile_dir(name)
@@ -168,20 +168,22 @@ SGLANG_ENGINE_ARGS: dict[str, str | None] = {"linear-backend": None}
 SGLANG_ENGINE_ENV: dict[str, dict[str, str]] = {"linear-backend": {"SGLANG_JIT_DEEPGEMM_PRECOMPILE": "false"}}
 
 
-def sglang_command(cfg: Config, model: Model, model_dir: Path, port: int) -> list[str]:
-    """SGLang 0.5.21's own server on the stock arm's settings, as PEERS matches them."""
-    extra = []
+def sglang_command(cfg: Config, model: Model, model_dir: Path, port: int) -> tuple[list[str], dict[str, str]]:
+    """SGLang 0.5.21's own server on the stock arm's settings, as PEERS matches them: its command, and the
+    environment the model's own engine settings become."""
+    extra, env = [], {}
     for k, v in model.engine_args:
         if k not in SGLANG_ENGINE_ARGS:
             raise ValueError(f"{model.name}: engine setting --{k} has no SGLang counterpart in SGLANG_ENGINE_ARGS")
         if SGLANG_ENGINE_ARGS[k]:
             extra += [SGLANG_ENGINE_ARGS[k], v]
+        env.update(SGLANG_ENGINE_ENV.get(k, {}))
     return [cfg.sglang_python, "-m", "sglang.launch_server", "--model-path", str(model_dir),
             "--host", "127.0.0.1", "--port", str(port),
-            "--context-length", str(cfg.in_tokens + cfg.out_tokens + 64),
+            "--context-length", str(cfg.max_model_len),
             "--max-running-requests", str(MAX_NUM_SEQS),
             "--max-total-tokens", str(kv_tokens(cfg.kv_bytes, model_dir)),
-            "--mem-fraction-static", str(SGLANG_MEM_FRACTION_STATIC), *extra]
+            "--mem-fraction-static", str(SGLANG_MEM_FRACTION_STATIC), *extra], env
 
 
 def server_command(cfg: Config, model: Model, arm: str, model_dir: Path, port: int) -> tuple[list[str], dict]:
@@ -207,9 +209,8 @@ def server_command(cfg: Config, model: Model, arm: str, model_dir: Path, port: i
     elif arm == "sglang":
         if cfg.profile:
             env["SGLANG_TORCH_PROFILER_DIR"] = str(cfg.profile_dir(name))  # made by engine_args
-        cmd = sglang_command(cfg, model, model_dir, port)
-        for k, _ in model.engine_args:
-            env.update(SGLANG_ENGINE_ENV.get(k, {}))
+        cmd, model_env = sglang_command(cfg, model, model_dir, port)
+        env.update(model_env)
     else:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (cfg.stock_site, env.get("PYTHONPATH", "")) if p)
         if arm == "stock-no-nvcc":
