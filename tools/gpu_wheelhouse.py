@@ -152,7 +152,8 @@ def selection(host_freeze: Path | None, skip: list[str], runtime: str = "image")
 def download(dest: Path, host_freeze: Path | None, skip: list[str], jobs: int, runtime: str = "image") -> None:
     wanted, left = selection(host_freeze, skip, runtime)
     beside = RUNTIMES[runtime].beside
-    from_beside = {n for n, v in left.items() if beside and locked(beside).get(n) == v}
+    shared = locked(beside) if beside else {}  # read once, not once per package left out
+    from_beside = {n for n, v in left.items() if shared.get(n) == v}
     dest.mkdir(parents=True, exist_ok=True)
     platform_args = [a for p in PLATFORMS for a in ("--platform", p)]
 

@@ -34,12 +34,16 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+if __package__:  # imported as tools.peer_runtimes
+    from .gpu_wheelhouse import canonical, locked as read_lock
+else:  # run as a script by the host's python3 (tools/ first on its path)
+    from gpu_wheelhouse import canonical, locked as read_lock
+
 # What each peer runtime must never read from the image's venv: the image's vLLM (0.32 with the patch series).
 NOT_SHARED = ("vllm",)
 PTH = "_peer_runtime.pth"
 DIST_INFO = re.compile(r"^(.+?)-[^-]+\.(dist-info|egg-info)$")
 RUNTIMES = ("sglang", "vllm-latest")
-ROOT = Path(__file__).resolve().parent.parent
 # The packages whose version decides what a peer runs: each must be its lock's, or `check` fails.
 KEY = {"sglang": ("sglang", "sglang-kernel", "torch", "triton", "transformers", "flashinfer-python",
                   "sgl-deep-gemm", "nvidia-nccl-cu13"),
@@ -54,10 +58,6 @@ for d in md.distributions():
     seen.setdefault(name, d.version)
 print(json.dumps({"versions": seen, "vllm": importlib.util.find_spec("vllm") is not None}))
 """
-
-
-def canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def projects(site: Path) -> set[str]:
@@ -121,15 +121,6 @@ def install(runtime: str, wheelhouse: Path, image_venv: Path, venv: Path,
     print(f"{runtime}: {len(projects(site))} projects of its own in {site}, {n} entries of {image_venv}'s shared "
           f"behind them{', then its host-site' if host_site.is_dir() else ''}")
     return py
-
-
-def read_lock(runtime: str) -> dict[str, str]:
-    pins = {}
-    for line in (ROOT / "requirements" / f"{runtime}.lock").read_text().splitlines():
-        m = re.match(r"^([A-Za-z0-9_.\-]+)==([^\s;#]+)", line.strip())
-        if m:
-            pins[canonical(m.group(1))] = m.group(2)
-    return pins
 
 
 def compare(runtime: str, versions: dict[str, str], vllm_visible: bool) -> tuple[list[str], list[str]]:
