@@ -26,9 +26,11 @@ H200_RUN_6 = ROOT / "bench" / "data" / "h200_engine_6" / "e2e.json"
 
 
 # The CPU check proves the bench's mechanics, not the CPU's speed: a short workload at two concurrencies
-# (the warm-up pass still covers every one), two repetitions to show the arms alternate.
+# (the warm-up pass still covers every one), two repetitions to show the arms alternate. Prompts longer than one
+# KV block of the CPU engine (128 tokens): a prompt sent twice would be a prefix-cache hit the servers count.
 CLIENTS = (1, 8)
 TOKENS = 16
+PROMPT_TOKENS = 144
 
 
 @starts_early("run")
@@ -37,7 +39,7 @@ def _bench_check(tmp: Path, nice: int) -> SimpleNamespace:
     stock_site.mkdir()
     cmd = [sys.executable, "-m", "bench.e2e", "--stock-site", str(stock_site), "--models-dir",
            str(tmp / "models"), "--out", str(tmp / "out"), "--work", str(tmp / "work"), "--models", "tiny-cpu",
-           "--reps", "2", "--waves", "1", "--ready-timeout", "600", "--in-tokens", str(TOKENS), "--out-tokens",
+           "--reps", "2", "--waves", "1", "--ready-timeout", "600", "--in-tokens", str(PROMPT_TOKENS), "--out-tokens",
            str(TOKENS), "--clients", *map(str, CLIENTS), "--cross-check", "1"]
     # in a session of its own (stop() ends it and its servers), at `nice`: its servers' sessions inherit that
     with open(tmp / "stdout.txt", "wb") as out:
@@ -84,6 +86,8 @@ def test_servers_started_cold_and_stopped(run):
         s = res["servers"][name]
         assert s["failed"] is None and s["ready_s"] > 0 and s["first_ttft_ms"] > 0
         assert s["jit_warnings"] == 0
+        # no prompt reached a server twice: its prefix cache looked up every measured prompt and found none
+        assert s["prefix_cache_tokens"]["queries"] > 0 and s["prefix_cache_tokens"]["hits"] == 0, s
         # every compile logged, not only a kernel's first (vLLM's monitor warns once per kernel otherwise)
         assert "jit_monitor_verbose=True" in (out / "logs" / f"{name}.log").read_text()
     image_log = (out / "logs" / "tiny-cpu.image.log").read_text()
@@ -150,8 +154,8 @@ def test_cross_check_table_sets_the_clients_ratios_beside_the_benchs():
 
 
 def test_the_cross_check_plan_alternates_arms_on_the_same_prompts(tmp_path):
-    """Repetition, then arm, then concurrency; each arm of a repetition gets the same seed (the same prompts), and
-    the client's arguments parse with vLLM's own parser."""
+    """Repetition, then arm, then concurrency; each arm of a repetition gets the same seed (the same prompts) at a
+    concurrency, every other measurement another seed, and the client's arguments parse with vLLM's own parser."""
     from vllm.benchmarks.serve import add_cli_args
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
@@ -163,7 +167,10 @@ def test_the_cross_check_plan_alternates_arms_on_the_same_prompts(tmp_path):
     parser = FlexibleArgumentParser()
     add_cli_args(parser)
     args = parser.parse_args(entries[-1]["argv"])
-    assert (args.base_url, args.max_concurrency, args.num_prompts, args.seed) == ("http://127.0.0.1:2", 8, 32, 1)
+    assert (args.base_url, args.max_concurrency, args.num_prompts) == ("http://127.0.0.1:2", 8, 32)
+    seeds = {(e["rep"], e["arm"], e["clients"]): parser.parse_args(e["argv"]).seed for e in entries}
+    assert all(seeds[(r, "stock", c)] == seeds[(r, "image", c)] for r in (0, 1) for c in (1, 8))
+    assert len({seeds[(r, "stock", c)] for r in (0, 1) for c in (1, 8)}) == 4
     assert (args.random_input_len, args.random_output_len, args.ignore_eos, args.dataset_name) == (
         128, 128, True, "random")
 

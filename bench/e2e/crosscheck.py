@@ -28,11 +28,17 @@ FIGURES = {"output_throughput": ("throughput", "tok_s"), "median_ttft_ms": ("lat
 
 def client_args(url: str, model_id: str, tokenizer: Path, in_tokens: int, out_tokens: int, clients: int,
                 waves: int, seed: int) -> list[str]:
-    """The client's command line for one measurement (the same prompts for every arm of a repetition: one seed)."""
+    """The client's command line for one measurement, its prompts drawn from `seed`."""
     return ["--backend", "openai", "--base-url", url, "--model", model_id, "--tokenizer", str(tokenizer),
             "--dataset-name", "random", "--random-input-len", str(in_tokens), "--random-output-len", str(out_tokens),
             "--random-range-ratio", "0", "--num-prompts", str(waves * clients), "--max-concurrency", str(clients),
             "--ignore-eos", "--seed", str(seed), "--disable-tqdm"]
+
+
+def measurement_seed(rep: int, clients: int) -> int:
+    """The random dataset's seed of one measurement: the same for every arm of a repetition at one concurrency, and
+    another for every other (repetition, concurrency), so that no server is sent a prompt twice."""
+    return 1000 * (rep + 1) + clients
 
 
 def plan(urls: dict[str, str], model_id: str, tokenizer: Path, in_tokens: int, out_tokens: int,
@@ -40,7 +46,7 @@ def plan(urls: dict[str, str], model_id: str, tokenizer: Path, in_tokens: int, o
     """Every measurement of one model (urls: arm -> its server's http://host:port), in the order they run:
     repetition, then arm (in the order given), then concurrency."""
     return [{"arm": arm, "rep": rep, "clients": c,
-             "argv": client_args(url, model_id, tokenizer, in_tokens, out_tokens, c, waves, seed=rep)}
+             "argv": client_args(url, model_id, tokenizer, in_tokens, out_tokens, c, waves, measurement_seed(rep, c))}
             for rep in range(reps) for arm, url in urls.items() for c in clients]
 
 

@@ -15,8 +15,8 @@ from .models import MEASURED_ARMS, Model, make_model
 from .report import summarize
 from .servers import log_facts, start_server
 from .traces import profile
-from .workload import (LATENCY_CONCURRENCY, THROUGHPUT_CONCURRENCY, Workload, completion_body, first_pass, request_json,
-                       streamed, sweep)
+from .workload import (LATENCY_CONCURRENCY, PHASE_PROMPTS, THROUGHPUT_CONCURRENCY, Workload, completion_body,
+                       first_pass, prefix_cache_tokens, repetition_block, request_json, requests_for, streamed, sweep)
 
 
 def log(msg: str) -> None:
@@ -80,21 +80,23 @@ class Run:
                                                           "profile": {}})
         measured = [arm for arm in MEASURED_ARMS if arm in arms]
         for arm, s in arms.items():
-            first = streamed(s.host, completion_body(model_id, wl.prompts[0], 16, True))["ttft"]
+            first = streamed(s.host, completion_body(model_id, wl.prompt(0), 16, True))["ttft"]
             self.facts.setdefault(s.name, {})["first_ttft_ms"] = round(1e3 * first, 1)
             if arm in measured:
-                mres["first_pass"][arm] = first_pass(wl, s.host)
+                mres["first_pass"][arm] = first_pass(wl, s.host, skip=1)
             log(f"{s.name}: first request TTFT {self.facts[s.name]['first_ttft_ms']} ms")
         for rep in range(cfg.reps):
             for arm in measured:
-                r = sweep(wl, arms[arm].host, cfg.waves, cfg.clients)
+                r = sweep(wl, arms[arm].host, cfg.waves, cfg.clients, block=repetition_block(rep))
                 mres["reps"].setdefault(arm, []).append(r)
                 log(f"{m.name} rep {rep} {arm}: " + ", ".join(
                     f"c{c} {v['tok_s']:.0f} tok/s" for c, v in r["throughput"].items()))
             self.save()
         # the servers' facts now, not only at the end: a run cut short during the profiles (its device lease
-        # ending) still keeps each server's first TTFT and JIT counts
+        # ending) still keeps each server's first TTFT and JIT counts. The prefix-cache counters now, before the
+        # cross-check's client (which sends its first prompt twice): every measured prefill was a miss if hits is 0
         for s in arms.values():
+            self.facts.setdefault(s.name, {})["prefix_cache_tokens"] = prefix_cache_tokens(s.host)
             self.record_facts(s)
         self.save()
         if cfg.cross_check:
@@ -110,11 +112,14 @@ class Run:
             self.save()
         if cfg.profile:
             for arm in measured:
+                first = repetition_block(cfg.reps) * PHASE_PROMPTS  # the profiles' own prompts, after the last rep's
                 for c in LATENCY_CONCURRENCY:
                     try:
-                        mres["profile"][f"{arm}.c{c}"] = profile(arms[arm], wl, c, cfg.profile_dir(arms[arm].name))
+                        mres["profile"][f"{arm}.c{c}"] = profile(arms[arm], wl, c, cfg.profile_dir(arms[arm].name),
+                                                                 first)
                     except Exception as e:  # a profile is extra: record why it failed, keep the figures
                         mres["profile"][f"{arm}.c{c}"] = {"error": repr(e)[:300]}
+                    first += requests_for(c, 1)
             self.save()
 
 

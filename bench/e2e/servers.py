@@ -89,7 +89,8 @@ PEERS = (
             "the same torch-profiler window through each server's /start_profile and /stop_profile"),
     Matched("(prefix caching, chunked prefill, CUDA graphs, sampler: defaults)",
             "(radix cache, chunked prefill, CUDA graphs, sampler: defaults)", "(defaults)",
-            "each engine as its users get it; the prompts repeat across repetitions for every arm alike"),
+            "each engine as its users get it; no prompt reaches a server twice (the workload numbers its prompts), "
+            "so no measured prefill is a cache hit"),
 )
 
 

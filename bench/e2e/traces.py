@@ -50,11 +50,12 @@ def profile_steps(concurrency: int, out_tokens: int) -> int:
     return -(-requests_for(concurrency, 1) // concurrency) * out_tokens
 
 
-def profile(s: Server, wl: Workload, concurrency: int, prof_dir: Path) -> dict:
-    """One profile window (a wave of streamed requests at `concurrency`) and its worker's trace, classified."""
+def profile(s: Server, wl: Workload, concurrency: int, prof_dir: Path, first: int) -> dict:
+    """One profile window (a wave of streamed requests at `concurrency`, prompts from number `first` on) and its
+    worker's trace, classified."""
     before = set(prof_dir.rglob("*.json*"))
     request_json(s.host, "POST", "/start_profile")
-    wl.latency(s.host, concurrency, 1)
+    wl.latency(s.host, concurrency, 1, first)
     request_json(s.host, "POST", "/stop_profile")
     end = time.monotonic() + 120
     new = []

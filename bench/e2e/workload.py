@@ -1,5 +1,11 @@
-"""The load every arm gets: an HTTP client (standard library: runs under any Python on the GPU host), fixed
-prompts, the measured runs and the unmeasured warm-up pass."""
+"""The load every arm gets: an HTTP client (standard library: runs under any Python on the GPU host), numbered
+prompts, the measured runs and the unmeasured warm-up pass.
+
+No prompt reaches a server twice. Every request carries a prompt number no earlier request to that server carried,
+so a measured request's prefill is never a prefix-cache hit (vLLM's prefix cache and SGLang's radix cache are both
+on by default, and SGLang extends a fully cached prompt by one token without a CUDA graph). The numbers depend only
+on the phase (warm-up, repetition r, profile) and the position in it, so every arm of a repetition gets the same
+prompts."""
 from __future__ import annotations
 
 import http.client
@@ -10,6 +16,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 THROUGHPUT_CONCURRENCY = (1, 8, 32, 128)
 LATENCY_CONCURRENCY = (1, 32)
+# prompt numbers of one phase: [block * PHASE_PROMPTS, (block + 1) * PHASE_PROMPTS); far more than a phase sends
+PHASE_PROMPTS = 1_000_000
+WARM_UP_BLOCK = 0
+
+
+def repetition_block(rep: int) -> int:
+    """The prompt block of measured repetition `rep` (0-based); the warm-up has block 0."""
+    return rep + 1
 
 
 def _request(host: str, method: str, path: str, body: dict | None = None, timeout: float = 600):
@@ -29,6 +43,25 @@ def request_json(host: str, method: str, path: str, body: dict | None = None, ti
         return json.loads(data) if data else {}
     finally:
         conn.close()
+
+
+def prefix_cache_tokens(host: str) -> dict | None:
+    """vLLM's prefix-cache counters from /metrics: {"queries": tokens looked up, "hits": tokens found}; None where
+    the server exports neither (SGLang without --enable-metrics) or does not answer."""
+    try:
+        conn, r = _request(host, "GET", "/metrics", timeout=60)
+        try:
+            text = r.read().decode() if r.status == 200 else ""
+        finally:
+            conn.close()
+    except (OSError, http.client.HTTPException):
+        return None
+    counts = {}
+    for ln in text.splitlines():
+        for key in ("queries", "hits"):
+            if ln.startswith(f"vllm:prefix_cache_{key}_total"):
+                counts[key] = counts.get(key, 0) + int(float(ln.rsplit(" ", 1)[1]))
+    return counts or None
 
 
 def completion_body(model_id: str, prompt: list[int], out_tokens: int, stream: bool) -> dict:
@@ -81,53 +114,66 @@ def _pct(xs: list[float], q: float) -> float:
 
 
 class Workload:
-    """Fixed prompts (random token ids of a fixed length, seeded) shared by every arm."""
+    """Numbered prompts (random token ids of a fixed length; prompt k is the same for every arm and every run) and
+    the measured runs, each given the first prompt number it may use."""
 
     def __init__(self, model_id: str, in_tokens: int, out_tokens: int, vocab: int, seed: int = 0):
-        rng = random.Random(seed)
-        self.model_id, self.out = model_id, out_tokens
-        # ids above the 256 byte tokens and the special tokens, below the vocabulary size
-        self.prompts = [[rng.randrange(300, vocab) for _ in range(in_tokens)] for _ in range(512)]
+        self.model_id, self.in_tokens, self.out, self.vocab, self.seed = model_id, in_tokens, out_tokens, vocab, seed
 
-    def throughput(self, host: str, concurrency: int, waves: int) -> dict:
+    def prompt(self, k: int) -> list[int]:
+        rng = random.Random(f"{self.seed}/{k}")
+        # ids above the 256 byte tokens and the special tokens, below the vocabulary size
+        return [rng.randrange(300, self.vocab) for _ in range(self.in_tokens)]
+
+    def bodies(self, first: int, n: int, stream: bool) -> list[dict]:
+        return [completion_body(self.model_id, self.prompt(k), self.out, stream) for k in range(first, first + n)]
+
+    def throughput(self, host: str, concurrency: int, waves: int, first: int) -> dict:
         n = requests_for(concurrency, waves)
-        bodies = [completion_body(self.model_id, self.prompts[i % len(self.prompts)], self.out, False)
-                  for i in range(n)]
+        bodies = self.bodies(first, n, False)
         t0 = time.perf_counter()
         with ThreadPoolExecutor(concurrency) as pool:
             tokens = sum(pool.map(lambda b: completion(host, b), bodies))
         wall = time.perf_counter() - t0
         return {"requests": n, "tokens": tokens, "wall_s": wall, "tok_s": tokens / wall}
 
-    def latency(self, host: str, concurrency: int, waves: int) -> dict:
+    def latency(self, host: str, concurrency: int, waves: int, first: int) -> dict:
         n = requests_for(concurrency, waves)
-        bodies = [completion_body(self.model_id, self.prompts[i % len(self.prompts)], self.out, True)
-                  for i in range(n)]
         with ThreadPoolExecutor(concurrency) as pool:
-            runs = list(pool.map(lambda b: streamed(host, b), bodies))
+            runs = list(pool.map(lambda b: streamed(host, b), self.bodies(first, n, True)))
         ttft = [r["ttft"] for r in runs]
         itl = [g for r in runs for g in r["gaps"]]
         return {"requests": n, "ttft_p50_ms": 1e3 * _pct(ttft, 50), "ttft_p99_ms": 1e3 * _pct(ttft, 99),
                 "itl_p50_ms": 1e3 * _pct(itl, 50), "itl_p99_ms": 1e3 * _pct(itl, 99)}
 
 
-def sweep(wl: Workload, host: str, waves: int, clients=None) -> dict:
-    """One measured run: throughput and streamed latency at each concurrency (those in `clients` only)."""
+def sweep(wl: Workload, host: str, waves: int, clients=None, block: int = WARM_UP_BLOCK, skip: int = 0) -> dict:
+    """One measured run: throughput and streamed latency at each concurrency (those in `clients` only), on the
+    prompts of `block` from its number `skip` on."""
     keep = set(clients or THROUGHPUT_CONCURRENCY + LATENCY_CONCURRENCY)
-    return {"throughput": {str(c): wl.throughput(host, c, waves) for c in THROUGHPUT_CONCURRENCY if c in keep},
-            "latency": {str(c): wl.latency(host, c, waves) for c in LATENCY_CONCURRENCY if c in keep}}
+    first = block * PHASE_PROMPTS + skip
+    out: dict = {"throughput": {}, "latency": {}}
+    for kind, concurrencies, measure in (("throughput", THROUGHPUT_CONCURRENCY, wl.throughput),
+                                         ("latency", LATENCY_CONCURRENCY, wl.latency)):
+        for c in concurrencies:
+            if c in keep:
+                out[kind][str(c)] = measure(host, c, waves, first)
+                first += requests_for(c, waves)
+    assert first < (block + 1) * PHASE_PROMPTS
+    return out
 
 
-def first_pass(wl: Workload, host: str) -> dict:
-    """Unmeasured warm-up, recording the first request's time to first token at each new concurrency."""
+def first_pass(wl: Workload, host: str, skip: int = 0) -> dict:
+    """Unmeasured warm-up (the warm-up block, from its number `skip` on), recording the first request's time to
+    first token at each new concurrency."""
     firsts = {}
+    first = WARM_UP_BLOCK * PHASE_PROMPTS + skip
     for c in sorted(set(THROUGHPUT_CONCURRENCY) | set(LATENCY_CONCURRENCY)):
         t0 = time.perf_counter()
         with ThreadPoolExecutor(c) as pool:
-            results = list(pool.map(
-                lambda i: streamed(host, completion_body(wl.model_id, wl.prompts[i], wl.out, True))["ttft"],
-                range(c)))
+            results = [r["ttft"] for r in pool.map(lambda b: streamed(host, b), wl.bodies(first, c, True))]
         firsts[str(c)] = {"first_ttft_ms": 1e3 * min(results), "max_ttft_ms": 1e3 * max(results),
                           "wall_s": time.perf_counter() - t0}
-    sweep(wl, host, 1)
+        first += c
+    sweep(wl, host, 1, block=WARM_UP_BLOCK, skip=first - WARM_UP_BLOCK * PHASE_PROMPTS)
     return firsts
