@@ -175,6 +175,24 @@ def test_the_cross_check_plan_alternates_arms_on_the_same_prompts(tmp_path):
         128, 128, True, "random")
 
 
+def test_profile_windows_at_the_chosen_concurrencies_with_shorter_requests_count_their_own_steps(tmp_path):
+    """--profile-clients and --profile-tokens reach the run's settings, and the summary divides a window's GPU time
+    by the steps that window ran (recorded with it), not by the measured runs' output length."""
+    cfg = Config.from_args(cli.parser().parse_args(
+        ["--stock-site", str(tmp_path), "--models-dir", str(tmp_path), "--out", str(tmp_path), "--profile",
+         "--profile-clients", "1", "8", "32", "--profile-tokens", "16"]))
+    assert (cfg.profile, cfg.profile_clients, cfg.profile_tokens) == (True, (1, 8, 32), 16)
+    assert Config.from_args(cli.parser().parse_args(
+        ["--stock-site", str(tmp_path), "--models-dir", str(tmp_path), "--out", str(tmp_path)])).profile_clients == (
+        1, 32)
+    window = {"total_gpu_ms": 80.0, "share": {"moe_w13": 0.5}, "top_other": [], "trace": "t.json",
+              "steps": traces.profile_steps(8, 16)}
+    results = {"args": {"out_tokens": "128"}, "servers": {},
+               "models": {"m": {"reps": {}, "first_pass": {}, "profile": {"image.c8": window}}}}
+    row = next(ln for ln in report.summarize(results).splitlines() if ln.startswith("| m | image | 8 |")).split("|")
+    assert float(row[5]) == pytest.approx(80.0 / 16)  # 8 requests side by side, 16 steps each
+
+
 def test_profile_steps_follow_the_window():
     # one wave at 1 client is 4 requests one after another; at 32 clients, 32 requests side by side
     assert traces.profile_steps(1, 128) == 4 * 128

@@ -46,10 +46,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--kv-bytes", type=int, default=d("kv_bytes"),
                    help="each server's KV cache (1.5 GiB: 128 sequences of 320 tokens need under 1 GiB)")
     p.add_argument("--ready-timeout", type=float, default=d("ready_timeout"))
-    p.add_argument("--profile", action="store_true", help="torch-profiler traces at 1 and 32 clients")
+    p.add_argument("--profile", action="store_true",
+                   help="a torch-profiler window per arm at each --profile-clients concurrency, after the repetitions")
+    p.add_argument("--profile-clients", type=int, nargs="+", default=d("profile_clients"),
+                   choices=sorted(set(THROUGHPUT_CONCURRENCY + LATENCY_CONCURRENCY)),
+                   help="the concurrencies profiled (default: 1 32)")
+    p.add_argument("--profile-tokens", type=int, default=d("profile_tokens"), metavar="N",
+                   help="output tokens of each request in a profile window (default: --out-tokens). Fewer steps, a "
+                        "smaller trace: at 94 layers a one-client window of 128-token requests is about a million "
+                        "GPU events to write and parse")
     p.add_argument("--clients", type=int, nargs="+", choices=sorted(set(THROUGHPUT_CONCURRENCY + LATENCY_CONCURRENCY)),
-                   help="measure only these concurrencies (default: all); the warm-up pass and the profiles "
-                        "still cover every one")
+                   help="measure only these concurrencies (default: all); the warm-up pass still covers every one")
     p.add_argument("--cross-check", type=int, default=d("cross_check"), metavar="N",
                    help="after the bench's own repetitions, N more of every measured arm by vLLM's own client "
                         "(vllm bench serve, the image's Python) at the same concurrencies and lengths; e2e.md "

@@ -42,6 +42,8 @@ class Config:
     kv_bytes: int = 3 << 29
     ready_timeout: float = 900
     profile: bool = False
+    profile_clients: tuple[int, ...] = (1, 32)  # a profile window at each of these concurrencies (--profile)
+    profile_tokens: int | None = None  # output tokens of a profile window's requests; None: out_tokens
     clients: tuple[int, ...] | None = None  # None: every concurrency
     cross_check: int = 0  # repetitions of the cross-check with vLLM's own client (crosscheck); 0: none
 

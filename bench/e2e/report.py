@@ -24,7 +24,8 @@ def profile_table(results: dict) -> list[str]:
                 rows.append(f"| {mname} | {key} | {p.get('error', 'no trace')} |" + " |" * (len(PROFILE_CLASSES) + 1))
                 continue
             arm, _, conc = key.rpartition(".c")
-            step = p["total_gpu_ms"] / profile_steps(int(conc), out_tokens)
+            # the window's engine steps as recorded (a record without them ran --out-tokens a request)
+            step = p["total_gpu_ms"] / p.get("steps", profile_steps(int(conc), out_tokens))
             rows.append(f"| {mname} | {arm} | {conc} | {p['total_gpu_ms']:.1f} | {step:.3f} | " + " | ".join(
                 f"{100 * p['share'].get(c, 0):.1f}%" for c, _ in PROFILE_CLASSES) + " |")
     if not rows:

@@ -14,8 +14,8 @@ from .crosscheck import cross_check, plan
 from .models import MEASURED_ARMS, Model, make_model
 from .report import summarize
 from .servers import log_facts, start_server
-from .traces import profile
-from .workload import (LATENCY_CONCURRENCY, PHASE_PROMPTS, THROUGHPUT_CONCURRENCY, Workload, completion_body,
+from .traces import profile, profile_steps
+from .workload import (PHASE_PROMPTS, THROUGHPUT_CONCURRENCY, Workload, completion_body,
                        first_pass, prefix_cache_tokens, repetition_block, request_json, requests_for, streamed, sweep)
 
 
@@ -111,12 +111,15 @@ class Run:
             log(f"{m.name}: cross-check with {len(entries)} measurements")
             self.save()
         if cfg.profile:
+            tokens = cfg.profile_tokens or cfg.out_tokens
+            window = Workload(model_id, cfg.in_tokens, tokens, self.vocab)  # wl's prompts, shorter outputs
             for arm in measured:
                 first = repetition_block(cfg.reps) * PHASE_PROMPTS  # the profiles' own prompts, after the last rep's
-                for c in LATENCY_CONCURRENCY:
+                for c in cfg.profile_clients:
                     try:
-                        mres["profile"][f"{arm}.c{c}"] = profile(arms[arm], wl, c, cfg.profile_dir(arms[arm].name),
-                                                                 first)
+                        mres["profile"][f"{arm}.c{c}"] = {
+                            **profile(arms[arm], window, c, cfg.profile_dir(arms[arm].name), first),
+                            "steps": profile_steps(c, tokens)}
                     except Exception as e:  # a profile is extra: record why it failed, keep the figures
                         mres["profile"][f"{arm}.c{c}"] = {"error": repr(e)[:300]}
                     first += requests_for(c, 1)
