@@ -92,6 +92,10 @@ def test_servers_started_cold_and_stopped(run):
         assert "jit_monitor_verbose=True" in (out / "logs" / f"{name}.log").read_text()
     image_log = (out / "logs" / "tiny-cpu.image.log").read_text()
     assert "setting flashinfer_sampler=False" in image_log  # the image arm is the launcher, not plain vLLM
+    md = (out / "e2e.md").read_text()
+    for name in ("tiny-cpu.stock", "tiny-cpu.image"):
+        row = next(ln for ln in md.splitlines() if ln.startswith(f"| {name} |")).split("|")
+        assert row[6].strip().startswith("0 of "), row  # e2e.md shows the hits beside the start figures
 
 
 @pytest.mark.engine

@@ -14,6 +14,15 @@ PROFILE_CLASSES = (("moe_w13", "MoE w13"), ("moe_w2", "MoE w2"), ("attention", "
                    ("other_gemm", "other GEMMs"), ("other", "everything else"))
 
 
+def prefix_cache_cell(server: dict) -> str:
+    """A server's prefix-cache hits as e2e.md shows them: '-' where the run did not ask (runs up to 13), 'not
+    counted' where the server exports no counter (SGLang)."""
+    if "prefix_cache_tokens" not in server:
+        return "-"
+    pc = server["prefix_cache_tokens"]
+    return "not counted" if pc is None else f"{pc.get('hits', 0)} of {pc.get('queries', 0)}"
+
+
 def profile_table(results: dict) -> list[str]:
     """GPU time per engine step by kernel class, from each profile window (--profile)."""
     out_tokens = int(results["args"]["out_tokens"])
@@ -146,10 +155,11 @@ def summarize(results: dict) -> str:
     out += cross_check_table(results)
     out += profile_table(results)
     out += ["", "| server | start to ready (s): /ping 200, SGLang /health 200 | first request TTFT (ms) | JIT warnings "
-            "| FlashInfer JIT builds |",
-            "|---|---|---|---|---|"]
+            "| FlashInfer JIT builds | prefix-cache hits (tokens found of looked up, after the repetitions) |",
+            "|---|---|---|---|---|---|"]
     for name, s in results["servers"].items():
         jit = s.get("jit_warnings", "-")
         out.append(f"| {name} | {s.get('ready_s') or s.get('failed')} | {s.get('first_ttft_ms', '-')} | "
-                   f"{'not counted' if jit is None else jit} | {s.get('flashinfer_jit_builds', '-')} |")
+                   f"{'not counted' if jit is None else jit} | {s.get('flashinfer_jit_builds', '-')} | "
+                   f"{prefix_cache_cell(s)} |")
     return "\n".join(out) + "\n"
