@@ -580,6 +580,10 @@ def test_the_peers_commands_carry_the_profile_and_a_model_setting_sglang_has_no_
     tensor = next(m for m in models.MODELS if m.fp8 == "tensor")
     assert "SGLANG_JIT_DEEPGEMM_PRECOMPILE" not in servers.server_command(cfg, tensor, "sglang", shard, 8003)[1]
     assert env["SGLANG_TORCH_PROFILER_DIR"] == str(cfg.profile_dir(f"{block.name}.sglang"))
+    # the vLLM arms' profile: no Python stacks, no shapes; SGLang records both unless told not to
+    assert (env["SGLANG_PROFILE_WITH_STACK"], env["SGLANG_PROFILE_RECORD_SHAPES"]) == ("false", "false")
+    stock, _ = servers.server_command(cfg, block, "stock", shard, 8005)
+    assert json.loads(_flag(stock, "--profiler-config"))["torch_profiler_with_stack"] is False
     latest, _ = servers.server_command(cfg, block, "vllm-latest", shard, 8004)
     assert json.loads(_flag(latest, "--profiler-config"))["torch_profiler_dir"] == str(
         cfg.profile_dir(f"{block.name}.vllm-latest"))

@@ -84,9 +84,11 @@ PEERS = (
     Matched("(vLLM's FP8 MoE backend order)", "(none: --moe-runner-backend auto)", "(its own order)",
             "each engine's default MoE runner: SGLang's Triton fused MoE with its own per-Triton-version configs "
             "(its log names the config file, or says it runs the default config)"),
-    Matched("--profiler-config {torch, dir} (--profile)", "SGLANG_TORCH_PROFILER_DIR=dir",
-            "--profiler-config {torch, dir}",
-            "the same torch-profiler window through each server's /start_profile and /stop_profile"),
+    Matched("--profiler-config {torch, dir, with_stack false} (--profile)",
+            "SGLANG_TORCH_PROFILER_DIR=dir SGLANG_PROFILE_WITH_STACK=false SGLANG_PROFILE_RECORD_SHAPES=false",
+            "--profiler-config {torch, dir, with_stack false}",
+            "the same torch-profiler window through each server's /start_profile and /stop_profile, without "
+            "Python stacks or shapes"),
     Matched("(prefix caching, chunked prefill, CUDA graphs, sampler: defaults)",
             "(radix cache, chunked prefill, CUDA graphs, sampler: defaults)", "(defaults)",
             "each engine as its users get it; no prompt reaches a server twice (the workload numbers its prompts), "
@@ -209,7 +211,9 @@ def server_command(cfg: Config, model: Model, arm: str, model_dir: Path, port: i
                "--host", "127.0.0.1", "--port", str(port), *_flags(args)]
     elif arm == "sglang":
         if cfg.profile:
-            env["SGLANG_TORCH_PROFILER_DIR"] = str(cfg.profile_dir(name))  # made by engine_args
+            # the vLLM arms' profiler settings: no Python stacks, no shapes (SGLang records both by default)
+            env.update(SGLANG_TORCH_PROFILER_DIR=str(cfg.profile_dir(name)),  # made by engine_args
+                       SGLANG_PROFILE_WITH_STACK="false", SGLANG_PROFILE_RECORD_SHAPES="false")
         cmd, model_env = sglang_command(cfg, model, model_dir, port)
         env.update(model_env)
     else:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tools.launcher_process import Server
 
-from .workload import Workload, request_json, requests_for
+from .workload import Workload, request_ok, requests_for
 
 KERNEL_CLASSES = (
     ("moe_gemm", re.compile(r"fused_moe_kernel")),
@@ -54,9 +54,10 @@ def profile(s: Server, wl: Workload, concurrency: int, prof_dir: Path, first: in
     """One profile window (a wave of streamed requests at `concurrency`, prompts from number `first` on) and its
     worker's trace, classified."""
     before = set(prof_dir.rglob("*.json*"))
-    request_json(s.host, "POST", "/start_profile")
+    # vLLM answers both with an empty body, SGLang with a line of text
+    request_ok(s.host, "POST", "/start_profile")
     wl.latency(s.host, concurrency, 1, first)
-    request_json(s.host, "POST", "/stop_profile")
+    request_ok(s.host, "POST", "/stop_profile")
     end = time.monotonic() + 120
     new = []
     while time.monotonic() < end:

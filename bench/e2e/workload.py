@@ -33,16 +33,22 @@ def _request(host: str, method: str, path: str, body: dict | None = None, timeou
     return conn, conn.getresponse()
 
 
-def request_json(host: str, method: str, path: str, body: dict | None = None, timeout: float = 600) -> dict:
-    """One request; its JSON answer ({} when empty), RuntimeError unless 200."""
+def request_ok(host: str, method: str, path: str, body: dict | None = None, timeout: float = 600) -> bytes:
+    """One request; its answer's bytes, RuntimeError unless 200."""
     conn, r = _request(host, method, path, body, timeout)
     try:
         data = r.read()
         if r.status != 200:
             raise RuntimeError(f"{method} {path} -> {r.status}: {data[:300]!r}")
-        return json.loads(data) if data else {}
+        return data
     finally:
         conn.close()
+
+
+def request_json(host: str, method: str, path: str, body: dict | None = None, timeout: float = 600) -> dict:
+    """One request; its JSON answer ({} when empty), RuntimeError unless 200."""
+    data = request_ok(host, method, path, body, timeout)
+    return json.loads(data) if data else {}
 
 
 def prefix_cache_tokens(host: str) -> dict | None:
