@@ -94,7 +94,7 @@ class Run:
             self.save()
         # the servers' facts now, not only at the end: a run cut short during the profiles (its device lease
         # ending) still keeps each server's first TTFT and JIT counts. The prefix-cache counters now, before the
-        # cross-check's client (which sends its first prompt twice): every measured prefill was a miss if hits is 0
+        # cross-check's client sends its own prompts: 0 hits says no prefill of this bench was a cache hit
         for s in arms.values():
             self.facts.setdefault(s.name, {})["prefix_cache_tokens"] = prefix_cache_tokens(s.host)
             self.record_facts(s)
