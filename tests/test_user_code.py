@@ -83,6 +83,15 @@ def test_formatter_that_raises_gets_424_naming_it(http):
     assert http.post("/invocations", json={"inputs": "x", "parameters": {"max_new_tokens": 2}}).status_code == 200
 
 
+def test_lmi_body_and_header_naming_different_adapters_get_424_with_formatters_too(http):
+    """The formatters' path reads an LMI body's adapter as the plain path does: a body and SageMaker's adapter
+    header that disagree are refused, naming both, not served with the body's."""
+    r = http.post("/invocations", json={"inputs": "x", "adapters": "one", "parameters": {"max_new_tokens": 2}},
+                  headers={"X-Amzn-SageMaker-Adapter-Identifier": "other"})
+    assert r.status_code == 424, r.text
+    assert r.json()["field"] == "adapters" and "'one' differs" in r.json()["error"] and "'other'" in r.json()["error"]
+
+
 def test_requirements_went_to_the_cache_and_the_engine_path(http, user_code_server):
     log = user_code_server.log()
     line = next(l for l in log.splitlines() if "requirements.txt: installed" in l)

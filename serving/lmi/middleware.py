@@ -116,6 +116,10 @@ class LMIMiddleware:
             return message
         return wrapped
 
+    async def _send_body_timeout(self, send):
+        """The answer to a body that went silent for client_body_timeout: 408, and the connection closed."""
+        await send_json(send, 408, body_timeout_body(self.body_timeout), [(b"connection", b"close")])
+
     async def _bounded(self, scope, receive, send):
         """The app, with the request body bounded: silence for client_body_timeout while the body is
         incomplete ends the request with 408 and closes the connection; the app then reads a hang-up."""
@@ -132,7 +136,7 @@ class LMIMiddleware:
             except BodyTimeout:
                 answered = True
                 if not started:
-                    await send_json(send, 408, body_timeout_body(self.body_timeout), [(b"connection", b"close")])
+                    await self._send_body_timeout(send)
                 return {"type": "http.disconnect"}
             if message["type"] != "http.request" or not message.get("more_body", False):
                 body_done = True
@@ -155,7 +159,7 @@ class LMIMiddleware:
         except _ClientGone:
             return
         except BodyTimeout:
-            await send_json(send, 408, body_timeout_body(self.body_timeout), [(b"connection", b"close")])
+            await self._send_body_timeout(send)
             return
         except LMIError as e:
             # A client that asked to continue has sent nothing yet: answer at once.
@@ -269,14 +273,10 @@ class LMIMiddleware:
         if handler is None:
             raise LMIError("inputs: this model does not generate text, so LMI bodies cannot be served; "
                            "use the body kind its task takes", "inputs")
-        header_adapter = _adapter_header(scope)
-        body_adapter = _body_adapter(req)
-        if header_adapter and body_adapter and header_adapter != body_adapter:
-            raise LMIError(f"adapters: {body_adapter!r} differs from the X-Amzn-SageMaker-Adapter-Identifier header "
-                           f"({header_adapter!r}); send one of them", "adapters")
+        adapter = _lmi_adapter(scope, req)
         raw_request = Request(scope, receive)
         _check_session(raw_request)
-        creq = _completion_request(req, handler, body_adapter or header_adapter)
+        creq = _completion_request(req, handler, adapter)
 
         tokenizer = getattr(getattr(handler, "renderer", None), "tokenizer", None)
         if req.stream:
@@ -320,7 +320,7 @@ class LMIMiddleware:
             if kind == "lmi":
                 req = schema.parse(doc)
                 handler = state.openai_serving_completion
-                creq = _completion_request(req, handler, _body_adapter(req) or _adapter_header(scope))
+                creq = _completion_request(req, handler, _lmi_adapter(scope, req))
                 call = handler.create_completion
             else:
                 adapter = _openai_adapter(scope, doc)
@@ -392,6 +392,16 @@ def _custom_invocation_handler() -> bool:
 def _body_adapter(req) -> str | None:
     """The adapter an LMI body names (a list of inputs names one, or the same one for each)."""
     return req.adapters[0] if isinstance(req.adapters, list) else req.adapters
+
+
+def _lmi_adapter(scope, req) -> str | None:
+    """The adapter an LMI request names: its body's `adapters`, or SageMaker's adapter header; a body and a header
+    that name different adapters are an error naming both."""
+    header, body = _adapter_header(scope), _body_adapter(req)
+    if header and body and header != body:
+        raise LMIError(f"adapters: {body!r} differs from the X-Amzn-SageMaker-Adapter-Identifier header "
+                       f"({header!r}); send one of them", "adapters")
+    return body or header
 
 
 def _completion_request(req, handler, adapter: str | None):
