@@ -218,9 +218,6 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("moe_one_pass_topk", "false: vLLM's topk_softmax op for the MoE router's softmax top-k instead of the "
             "one-pass kernel for batches of up to 4,096 tokens (patch 0007).", parse=parse_bool,
             env=("LMI_MOE_ONE_PASS_TOPK",), engine_env="LMI_MOE_ONE_PASS_TOPK"),
-    Setting("fused_moe_pdl", "true: the fused-MoE Triton kernel launched with programmatic dependent launch on "
-            "Hopper and newer (patch 0009; off by default, not yet measured in the engine).", parse=parse_bool,
-            env=("LMI_FUSED_MOE_PDL",), engine_env="LMI_FUSED_MOE_PDL"),
     Setting("flashinfer_sampler", "FlashInfer's top-k/top-p sampler. Off by default: it is compiled with nvcc at the "
             "first start on every fresh host (minutes against the health-check timeout, and a failure where there is no "
             "nvcc); off, vLLM's own PyTorch sampler runs.", parse=parse_bool, default=False,
@@ -422,7 +419,6 @@ class Settings:
     fp8_moe_stock_order: bool | None = None
     fp8_moe_one_launch_quant: bool | None = None
     moe_one_pass_topk: bool | None = None
-    fused_moe_pdl: bool | None = None
     flashinfer_sampler: bool = False
     port: int = 8080
     host: str = "0.0.0.0"

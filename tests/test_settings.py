@@ -125,16 +125,6 @@ def test_one_pass_topk_switch_reaches_the_engine_environment(va, model_dir, name
     with pytest.raises(resolve.ConfigError, match=f"moe_one_pass_topk from env {name}: 'maybe' is not a boolean"):
         plan(va, model_dir, {name: "maybe"})
 
-
-@pytest.mark.parametrize("name", ["OPTION_FUSED_MOE_PDL", "LMI_FUSED_MOE_PDL"])
-def test_fused_moe_pdl_switch_reaches_the_engine_environment(va, model_dir, name):
-    """Patch 0009's switch: off unless set, normalized for the engine, refused at start when not a boolean."""
-    assert plan(va, model_dir, {name: "on"}).env["LMI_FUSED_MOE_PDL"] == "1"
-    assert plan(va, model_dir, {name: "false"}).env["LMI_FUSED_MOE_PDL"] == "0"
-    assert "LMI_FUSED_MOE_PDL" not in plan(va, model_dir, {}).env
-    with pytest.raises(resolve.ConfigError, match=f"fused_moe_pdl from env {name}: 'maybe' is not a boolean"):
-        plan(va, model_dir, {name: "maybe"})
-
 def test_hf_model_id_is_the_model(va, model_dir):
     p = plan(va, model_dir, {"HF_MODEL_ID": "Qwen/Qwen3-235B-A22B-FP8"})
     assert served_model(p) == "Qwen/Qwen3-235B-A22B-FP8"
