@@ -1,8 +1,11 @@
-"""Patch 0009 at kernel level on an H200: fused_moe_kernel launched with and without programmatic dependent launch.
+"""fused_moe_kernel launched with and without programmatic dependent launch (PDL), on an H200.
 
-One rank's decode MoE, `--layers` deep, in one CUDA graph per arm: each layer runs a small kernel (the activation's
-copy, standing in for the quantization before each GEMM), w13, another small kernel, then w2, with the shipped
-config's entry for M (split-K off: patch 0009 leaves patch 0004's split-K kernel as it is), weights rotating over
+The kernel with PDL is the one of bench/data/h200_pdl/0009-fused-moe-programmatic-dependent-launch.patch (applied
+after the series; not in it: measured slower, bench/RESULTS-archive.md "Kernel run 14").
+
+One rank's decode MoE, `--layers` deep, in one CUDA graph per arm: each layer runs a small elementwise kernel (a
+stand-in for the quantization before each GEMM), w13, another such kernel, then w2, with the shipped
+config's entry for M (split-K off: the PDL patch leaves patch 0004's split-K kernel as it is), weights rotating over
 enough sets that they stream from HBM. The arms alternate; each replay is timed with CUDA events.
 
     python3 bench/moe_pdl_bench.py --fused-moe-py PATCHED_fused_moe.py --out DIR [--shape qwen3-235b-ep8]
@@ -33,7 +36,7 @@ PDL = {"USE_PDL": True, "launch_pdl": True}
 
 
 def entry_without_split_k(entry: dict) -> dict:
-    """The shipped entry, every SPLIT_K removed (patch 0009 launches only the unsplit kernel with PDL)."""
+    """The shipped entry, every SPLIT_K removed (the PDL patch launches only the unsplit kernel with PDL)."""
     out = {k: v for k, v in entry.items() if k != "SPLIT_K"}
     for gemm in ("w13", "w2"):
         if gemm in entry:
@@ -81,7 +84,7 @@ def time_graph(g, replays=20) -> float:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--fused-moe-py", required=True, help="vLLM's fused_moe.py with patch 0009 applied")
+    p.add_argument("--fused-moe-py", required=True, help="vLLM's fused_moe.py with the series and the PDL patch")
     p.add_argument("--configs-dir", default=str(ROOT / "configs"))
     p.add_argument("--shape", default="qwen3-235b-ep8", choices=sorted(SHAPES))
     p.add_argument("--ms", type=int, nargs="+", default=[1, 8, 32])
@@ -95,7 +98,7 @@ def main(argv=None) -> int:
         return 2
     kmod, sha = load_kernel(a.fused_moe_py, "patched")
     if "USE_PDL" not in kmod.fused_moe_kernel.arg_names:
-        print(f"moe_pdl_bench: {a.fused_moe_py} has no USE_PDL in fused_moe_kernel (patch 0009)", file=sys.stderr)
+        print(f"moe_pdl_bench: {a.fused_moe_py} has no USE_PDL in fused_moe_kernel (the PDL patch)", file=sys.stderr)
         return 2
     shape = SHAPES[a.shape]
     configs, path = get_moe_configs(shape["E"], shape["N"], shape["block"], [a.configs_dir])

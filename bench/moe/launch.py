@@ -95,7 +95,7 @@ def invoke(kmod, A, B, C, A_scale, B_scale, topk_weights, sorted_ids, expert_ids
            mul_routed_weight, top_k, config, block_shape, compute_type=None, swap_ab=None, warmup=False,
            launch=None):
     """invoke_fused_moe_triton_kernel (vLLM 0.32) for fp8 w8a8. `launch`: more arguments of fused_moe_kernel's
-    launch (patch 0009's USE_PDL and launch_pdl)."""
+    launch (bench/moe_pdl_bench.py: USE_PDL and Triton's launch_pdl)."""
     import triton
     import triton.language as tl
 
