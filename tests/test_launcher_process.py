@@ -3,6 +3,7 @@ spawn, wait_ready (servers started together, one deadline), require_ready, stop.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tools import launcher_process
 from tools.launcher_process import Server, free_port, require_ready, spawn, stop, wait_ready
 
 
@@ -106,3 +108,15 @@ def test_a_servers_session_is_never_less_nice_than_its_spawner(tmp_path):
                              capture_output=True, text=True, timeout=60, cwd=Path(__file__).parents[1])
         assert out.returncode == 0, out.stderr[-2000:]
         assert out.stdout.split() == [expected, expected if autogroup else "-"], (asked, out.stdout)
+
+
+def test_free_ports_lie_below_the_ephemeral_range_and_are_never_handed_out_twice():
+    """A server's port is one the kernel never hands out for bind(0) or a client socket (vLLM's own free ports, every
+    HTTP connection of the suite): none can take it between the pick and the server's bind."""
+    low, _ = launcher_process.ephemeral_range()
+    ports = [launcher_process.free_port() for _ in range(100)]
+    assert len(set(ports)) == 100
+    assert all(low - launcher_process.PORTS_BELOW_EPHEMERAL <= p < low for p in ports), (low, min(ports), max(ports))
+    with socket.socket() as s:  # and it is free: a listener can take it
+        s.bind(("127.0.0.1", ports[-1]))
+        s.listen()

@@ -18,6 +18,7 @@ import pytest
 
 from serving import launcher, resolve
 from serving.settings import SETTINGS, Settings, markdown_table, value_type
+from tools.launcher_process import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -488,17 +489,10 @@ def test_healthcheck_fails_when_ping_is_not_200_or_nobody_listens(ping_server, m
     ping_server["status"] = 503
     r = _healthcheck({"OPTION_PORT": str(ping_server["port"])}, model_dir)
     assert r.returncode == 1 and "503" in r.stderr
-    r = _healthcheck({"OPTION_PORT": str(launcher_free_port())}, model_dir)
+    r = _healthcheck({"OPTION_PORT": str(free_port())}, model_dir)
     assert r.returncode == 1 and "unhealthy: http://127.0.0.1:" in r.stderr
     r = _healthcheck({"OPTION_PORT": "eighty"}, model_dir)
     assert r.returncode == 1 and "port from env OPTION_PORT: 'eighty' is not an integer" in r.stderr
-
-
-def launcher_free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # -- what LMI's docs, the SageMaker SDK and TGI write: mapped, accepted with a reason, or refused --

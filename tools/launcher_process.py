@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import http.client
 import os
+import random
 import signal
 import socket
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,10 +23,42 @@ from urllib.parse import urlsplit
 from serving.paths import ROOT
 
 
+# Ports are picked below the kernel's ephemeral range: a port the kernel hands out for bind(0) or an outgoing
+# connection (every client socket, vLLM's own free ports for its engine processes) can be taken by another process
+# between the pick and the server's bind, which then fails with "Address already in use".
+_PICKED: set[int] = set()
+_PICK_LOCK = threading.Lock()
+PORTS_BELOW_EPHEMERAL = 8000
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The kernel's ephemeral port range (Linux; elsewhere the IANA range)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 49152, 65535
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port nothing listens on, below the ephemeral range and never handed out twice by this process;
+    bind(0)'s port where the range leaves no room below it."""
+    low, _ = ephemeral_range()
+    first = max(1024, low - PORTS_BELOW_EPHEMERAL)
+    with _PICK_LOCK:
+        for port in random.sample(range(first, low), low - first) if low - first >= 64 else ():
+            if port in _PICKED:
+                continue
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            _PICKED.add(port)
+            return port
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
 
 
 @dataclass
