@@ -15,8 +15,8 @@ from .models import MEASURED_ARMS, Model, make_model
 from .report import summarize
 from .servers import log_facts, start_server
 from .traces import profile, profile_steps
-from .workload import (PHASE_PROMPTS, THROUGHPUT_CONCURRENCY, Workload, completion_body,
-                       first_pass, prefix_cache_tokens, repetition_block, request_json, requests_for, streamed, sweep)
+from .workload import (THROUGHPUT_CONCURRENCY, Workload, completion_body,
+                       first_pass, prefix_cache_tokens, repetition_start, request_json, requests_for, streamed, sweep)
 
 
 def log(msg: str) -> None:
@@ -83,11 +83,11 @@ class Run:
             first = streamed(s.host, completion_body(model_id, wl.prompt(0), 16, True))["ttft"]
             self.facts.setdefault(s.name, {})["first_ttft_ms"] = round(1e3 * first, 1)
             if arm in measured:
-                mres["first_pass"][arm] = first_pass(wl, s.host, skip=1)
+                mres["first_pass"][arm] = first_pass(wl, s.host, first=1)  # prompt 0 was the first request's
             log(f"{s.name}: first request TTFT {self.facts[s.name]['first_ttft_ms']} ms")
         for rep in range(cfg.reps):
             for arm in measured:
-                r = sweep(wl, arms[arm].host, cfg.waves, cfg.clients, block=repetition_block(rep))
+                r = sweep(wl, arms[arm].host, cfg.waves, cfg.clients, first=repetition_start(rep))
                 mres["reps"].setdefault(arm, []).append(r)
                 log(f"{m.name} rep {rep} {arm}: " + ", ".join(
                     f"c{c} {v['tok_s']:.0f} tok/s" for c, v in r["throughput"].items()))
@@ -114,7 +114,7 @@ class Run:
             tokens = cfg.profile_tokens or cfg.out_tokens
             window = Workload(model_id, cfg.in_tokens, tokens, self.vocab)  # wl's prompts, shorter outputs
             for arm in measured:
-                first = repetition_block(cfg.reps) * PHASE_PROMPTS  # the profiles' own prompts, after the last rep's
+                first = repetition_start(cfg.reps)  # the profiles' own prompts, after the last rep's
                 for c in cfg.profile_clients:
                     try:
                         mres["profile"][f"{arm}.c{c}"] = {

@@ -16,14 +16,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 THROUGHPUT_CONCURRENCY = (1, 8, 32, 128)
 LATENCY_CONCURRENCY = (1, 32)
-# prompt numbers of one phase: [block * PHASE_PROMPTS, (block + 1) * PHASE_PROMPTS); far more than a phase sends
+# Each phase numbers its prompts from its own multiple of PHASE_PROMPTS, far more than a phase sends: the warm-up
+# from 0, repetition r from (r + 1) * PHASE_PROMPTS, the profiles after the last repetition's.
 PHASE_PROMPTS = 1_000_000
-WARM_UP_BLOCK = 0
 
 
-def repetition_block(rep: int) -> int:
-    """The prompt block of measured repetition `rep` (0-based); the warm-up has block 0."""
-    return rep + 1
+def repetition_start(rep: int) -> int:
+    """The first prompt number of measured repetition `rep` (0-based)."""
+    return (rep + 1) * PHASE_PROMPTS
 
 
 def _request(host: str, method: str, path: str, body: dict | None = None, timeout: float = 600):
@@ -153,33 +153,33 @@ class Workload:
                 "itl_p50_ms": 1e3 * _pct(itl, 50), "itl_p99_ms": 1e3 * _pct(itl, 99)}
 
 
-def sweep(wl: Workload, host: str, waves: int, clients=None, block: int = WARM_UP_BLOCK, skip: int = 0) -> dict:
+def sweep(wl: Workload, host: str, waves: int, clients=None, first: int = 0) -> dict:
     """One measured run: throughput and streamed latency at each concurrency (those in `clients` only), on the
-    prompts of `block` from its number `skip` on."""
+    prompts numbered from `first` on, all within first's phase."""
     keep = set(clients or THROUGHPUT_CONCURRENCY + LATENCY_CONCURRENCY)
-    first = block * PHASE_PROMPTS + skip
+    phase, k = first // PHASE_PROMPTS, first
     out: dict = {"throughput": {}, "latency": {}}
     for kind, concurrencies, measure in (("throughput", THROUGHPUT_CONCURRENCY, wl.throughput),
                                          ("latency", LATENCY_CONCURRENCY, wl.latency)):
         for c in concurrencies:
             if c in keep:
-                out[kind][str(c)] = measure(host, c, waves, first)
-                first += requests_for(c, waves)
-    assert first < (block + 1) * PHASE_PROMPTS
+                out[kind][str(c)] = measure(host, c, waves, k)
+                k += requests_for(c, waves)
+    assert k < (phase + 1) * PHASE_PROMPTS
     return out
 
 
-def first_pass(wl: Workload, host: str, skip: int = 0) -> dict:
-    """Unmeasured warm-up (the warm-up block, from its number `skip` on), recording the first request's time to
-    first token at each new concurrency."""
+def first_pass(wl: Workload, host: str, first: int = 0) -> dict:
+    """Unmeasured warm-up on the prompts numbered from `first` on, recording the first request's time to first
+    token at each new concurrency."""
     firsts = {}
-    first = WARM_UP_BLOCK * PHASE_PROMPTS + skip
+    k = first
     for c in sorted(set(THROUGHPUT_CONCURRENCY) | set(LATENCY_CONCURRENCY)):
         t0 = time.perf_counter()
         with ThreadPoolExecutor(c) as pool:
-            results = [r["ttft"] for r in pool.map(lambda b: streamed(host, b), wl.bodies(first, c, True))]
+            results = [r["ttft"] for r in pool.map(lambda b: streamed(host, b), wl.bodies(k, c, True))]
         firsts[str(c)] = {"first_ttft_ms": 1e3 * min(results), "max_ttft_ms": 1e3 * max(results),
                           "wall_s": time.perf_counter() - t0}
-        first += c
-    sweep(wl, host, 1, block=WARM_UP_BLOCK, skip=first - WARM_UP_BLOCK * PHASE_PROMPTS)
+        k += c
+    sweep(wl, host, 1, first=k)
     return firsts
