@@ -409,6 +409,9 @@ def test_profile_classes_count_memsets_and_copies_as_gpu_work(tmp_path):
     assert r["share"] == {"attention": round(5 / 24, 4), "moe_w13": round(10 / 24, 4), "moe_w2": round(6 / 24, 4),
                           "other": round(3 / 24, 4)}
     assert dict(r["top_other"]) == {"Memcpy HtoD (Pinned -> Device)": 2, "Memset (Unknown)": 1}
+    assert r["top_kernels"][0] == ["fused_moe_kernel", 2, 16]
+    assert [k[0] for k in r["top_kernels"]][1:] == ["void flash::flash_fwd_kernel<...>",
+                                                    "Memcpy HtoD (Pinned -> Device)", "Memset (Unknown)"]
 
 
 def _processes_naming(text: str) -> list[str]:

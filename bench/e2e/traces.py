@@ -19,6 +19,7 @@ KERNEL_CLASSES = (
 
 
 GPU_EVENT_CATEGORIES = ("kernel", "gpu_memset", "gpu_memcpy")
+TOP_KERNELS = 40
 
 
 def classify(trace_path: Path) -> dict:
@@ -29,9 +30,13 @@ def classify(trace_path: Path) -> dict:
     kernels = sorted((e for e in events if e.get("cat") in GPU_EVENT_CATEGORIES and "dur" in e), key=lambda e: e["ts"])
     us: dict[str, float] = {}
     other: dict[str, float] = {}
+    by_name: dict[str, list] = {}  # kernel name -> [launches, GPU us]
     moe_seen = 0
     for e in kernels:
         cls = next((c for c, rx in KERNEL_CLASSES if rx.search(e["name"])), "other")
+        row = by_name.setdefault(e["name"][:120], [0, 0.0])
+        row[0] += 1
+        row[1] += e["dur"]
         if cls == "moe_gemm":
             # each MoE layer runs its w13 GEMM, then its w2 GEMM (the split-K kernel is one of them)
             cls = "moe_w13" if moe_seen % 2 == 0 else "moe_w2"
@@ -41,7 +46,10 @@ def classify(trace_path: Path) -> dict:
         us[cls] = us.get(cls, 0) + e["dur"]
     total = sum(us.values()) or 1
     return {"total_gpu_ms": total / 1e3, "share": {k: round(v / total, 4) for k, v in sorted(us.items())},
-            "top_other": sorted(other.items(), key=lambda kv: -kv[1])[:8]}
+            "top_other": sorted(other.items(), key=lambda kv: -kv[1])[:8],
+            # every class's largest kernels, to pick a patch by (the trace itself stays on the GPU host)
+            "top_kernels": [[name, n, round(t, 1)] for name, (n, t) in
+                            sorted(by_name.items(), key=lambda kv: -kv[1][1])[:TOP_KERNELS]]}
 
 
 def profile_steps(concurrency: int, out_tokens: int) -> int:
