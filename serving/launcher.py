@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Mapping
 
 from . import resolve
-from . import custom_code
+from . import custom_code, cuda_graphs
 from .exit_codes import ExitCode
 from .paths import ROOT
 from .settings import Context, Settings, SettingValueError, parse_bool
@@ -257,14 +257,22 @@ def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
     if tp is not None and tp.raw.strip().lower() == "max":
         notes.append(f"tensor_parallel_size=max resolved to {tp.value} visible GPU(s)")
 
+    eager = res.entries.get("enforce_eager")
+    graphs, note = cuda_graphs.compilation_config(s.cuda_graph_max_tokens, res.entries, is_cpu_build(),
+                                                  eager is not None and _truthy(eager.raw))
+    if note:
+        notes.append(note)
+
     argv = [sys.executable, *ENGINE_COMMAND, model_path]
     for key, r in sorted(res.entries.items()):
         if key == "model_id" or not r.flag or r.secret and r.setting is not None:
             continue
         try:
-            argv += vllm_args.argv(r.flag, str(r.value))
+            argv += vllm_args.argv(r.flag, graphs if graphs and key == "compilation_config" else str(r.value))
         except SettingValueError as e:
             raise resolve.ConfigError(key, r.source, str(e)) from None
+    if graphs and "compilation_config" not in res.entries:
+        argv += vllm_args.argv(vllm_args.flag_for("compilation_config"), graphs)
     argv += ["--middleware", LMI_MIDDLEWARE]
 
     engine_env = dict(env)

@@ -51,6 +51,13 @@ def parse_positive_int(raw: str) -> int:
     return n
 
 
+def parse_non_negative_int(raw: str) -> int:
+    n = parse_int(raw)
+    if n < 0:
+        raise SettingValueError(f"{raw!r} must be 0 or a positive integer")
+    return n
+
+
 def parse_str(raw: str) -> str:
     return raw.strip()
 
@@ -194,6 +201,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("max_num_batched_tokens", "Most tokens in one engine step (LMI: max_rolling_batch_prefill_tokens).",
             parse=parse_int, flag="--max-num-batched-tokens", aliases=("max_rolling_batch_prefill_tokens",),
             env=("MAX_BATCH_PREFILL_TOKENS",)),
+    Setting("cuda_graph_max_tokens", "Largest engine step, in tokens, run as a CUDA graph, prefill steps included: "
+            "above vLLM's own sizes (2 x max_num_seqs, at most 512) steps are captured at sizes a quarter of a power "
+            "of two apart (under 25% padding) up to this many tokens, or max_num_batched_tokens if smaller. 0: vLLM's "
+            "sizes only. Not applied where compilation_config sets capture sizes, with enforce_eager, or on the CPU "
+            "build.", parse=parse_non_negative_int, default=0, example="8192"),
     Setting("quantization", "Quantization method, e.g. fp8 (LMI: quantize).",
             flag="--quantization", aliases=("quantize",), env=("QUANTIZE", "HF_MODEL_QUANTIZE")),
     Setting("trust_remote_code", "Run the model repository's own Python code.",
@@ -409,6 +421,7 @@ class Settings:
     tensor_parallel_size: int | str | None = None
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
+    cuda_graph_max_tokens: int = 0
     quantization: str | None = None
     trust_remote_code: bool | None = None
     max_model_len: int | None = None

@@ -342,23 +342,26 @@ def test_the_vllm_quant_arm_differs_from_the_image_by_patch_0006s_switch_alone(t
 
 
 def test_each_image_arm_switches_one_setting_of_the_table_and_no_arm_inherits_a_switch(tmp_path, monkeypatch):
-    """The image arms' patch switches are settings of serving/settings.py's table: each arm's reaches the engine
-    through the image's launcher, and a switch left in the bench's own environment reaches no arm."""
+    """The image arms' switches are settings of serving/settings.py's table: each arm's reaches the image's launcher,
+    and a switch left in the bench's own environment, under any of its names, reaches no arm."""
     from serving.settings import TABLE
 
-    switches = {TABLE[key].engine_env for arm in models.IMAGE_ARM_SETTINGS.values() for key in arm}
-    assert len(switches) == len(models.IMAGE_ARM_SETTINGS) - 1  # one each, "image" none
-    for name in switches:
+    switched = {key: value for arm in models.IMAGE_ARM_SETTINGS.values() for key, value in arm.items()}
+    assert len(switched) == len(models.IMAGE_ARM_SETTINGS) - 1  # one each, "image" none
+    names = {n for key in switched for n in (*TABLE[key].env_names, TABLE[key].engine_env) if n}
+    for name in names:
         monkeypatch.setenv(name, "1")
     cfg = _peer_config(tmp_path, kv_bytes=1 << 30)  # the peers' runtimes given
     shard = _shard(tmp_path)  # the peers read the model's config.json
     for arm in models.ARMS:
         _, env = servers.server_command(cfg, models.CPU_CHECK, arm, shard, 8002)
-        assert not switches & set(env), arm
+        own = models.IMAGE_ARM_SETTINGS.get(arm, {})
+        inherited = names & set(env) - {n for key in own for n in TABLE[key].env_names}
+        assert not inherited, arm
         if arm in models.IMAGE_ARM_SETTINGS:
             plan = _image_launch_plan(env)
-            assert {k: plan.env[k] for k in switches & set(plan.env)} == {
-                TABLE[key].engine_env: "1" if on else "0" for key, on in models.IMAGE_ARM_SETTINGS[arm].items()}
+            assert {key: getattr(plan.settings, key) for key in switched} == {
+                key: own.get(key, TABLE[key].default) for key in switched}, arm
 
 
 def test_results_pool_the_235b_shard_over_runs_3_4_and_6_as_the_tool_prints():

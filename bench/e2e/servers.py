@@ -18,11 +18,12 @@ from .models import IMAGE_ARM_SETTINGS, PEER_ARMS, Model
 
 JIT_WARNING = "JIT compilation during inference"
 MAX_NUM_SEQS = 128
-# The settings the image arms switch, and the sampler, under the names the engine reads them by (and the tuned
-# configs): no arm may inherit a value of one from the bench's environment (the stock arms run the same Python).
+# The settings the image arms switch, and the sampler, under every name the launcher and the engine read them by
+# (and the tuned configs): no arm may inherit a value of one from the bench's environment (the stock arms run the
+# same Python).
 NOT_INHERITED = ("VLLM_TUNED_CONFIG_FOLDER", *(
-    TABLE[key].engine_env for key in sorted({k for arm in IMAGE_ARM_SETTINGS.values() for k in arm}
-                                            | {"flashinfer_sampler"})))
+    name for key in sorted({k for arm in IMAGE_ARM_SETTINGS.values() for k in arm} | {"flashinfer_sampler"})
+    for name in (*TABLE[key].env_names, TABLE[key].engine_env) if name))
 # A peer's runtime is its Python alone: nothing of the bench's own search path reaches it.
 NOT_INHERITED_BY_PEERS = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")
 

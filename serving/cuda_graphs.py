@@ -1,0 +1,82 @@
+"""CUDA-graph capture sizes for steps larger than vLLM's own (option.cuda_graph_max_tokens), run by the launcher.
+
+vLLM 0.32 captures CUDA graphs for steps of up to 2 x max_num_seqs tokens, at most 512, and runs every larger step
+eagerly; a step that prefills a few prompts at once is larger. Eagerly, each fused-MoE layer costs about a
+millisecond of Python on the host, so on an H200 a 896-token step of the 94-layer Qwen3-235B EP8 shard took 175 ms
+for about 30 ms of GPU work (bench/RESULTS.md, run 15). SGLang 0.5.21 captures its prefill steps up to 8,192
+tokens. Above vLLM's own sizes this module adds sizes a quarter of a power of two apart (320, 384, 448, 512, 640,
+..., 8192), so a step is padded by less than 25%, and hands the list to vLLM as its compilation config's
+`cudagraph_capture_sizes`. vLLM pads a step up to the next captured size and replays the graph; attention runs
+outside the graph in its piecewise mode, so padding costs only the padded rows' GEMM work.
+"""
+from __future__ import annotations
+
+import json
+from typing import Mapping
+
+SETTING = "cuda_graph_max_tokens"
+# vLLM 0.32's own sizes (VllmConfig._set_cudagraph_sizes): 1, 2, 4, multiples of 8 below 256, then multiples of 16
+# up to 2 x max_num_seqs, at most 512; its default max_num_seqs on a Hopper API server gives the 512.
+VLLM_MAX_DEFAULT_SIZE = 512
+# Keys of vLLM's compilation config that size the graphs themselves: a user who sets one keeps it.
+USER_SIZE_KEYS = ("cudagraph_capture_sizes", "max_cudagraph_capture_size")
+
+
+def vllm_default_sizes(max_num_seqs: int | None) -> list[int]:
+    top = VLLM_MAX_DEFAULT_SIZE if max_num_seqs is None else min(2 * max_num_seqs, VLLM_MAX_DEFAULT_SIZE)
+    sizes = [n for n in (1, 2, 4) if n <= top] + list(range(8, min(top + 1, 256), 8))
+    if top >= 256:
+        sizes += list(range(256, top + 1, 16))
+    if max_num_seqs is not None and max_num_seqs <= top:
+        sizes.append(max_num_seqs)  # vLLM captures the widest decode step too, when it is off the stride
+    return sorted(set(sizes))
+
+
+def capture_sizes(max_tokens: int, max_num_seqs: int | None = None) -> list[int]:
+    """vLLM's own sizes, then every p + k * p / 4 (k = 1..4, p a power of two from the largest at or below vLLM's
+    own largest size) up to max_tokens, and max_tokens itself: the largest step captured is max_tokens."""
+    own = vllm_default_sizes(max_num_seqs)
+    sizes = [n for n in own if n <= max_tokens]
+    p = 1 << (own[-1].bit_length() - 1)
+    while p < max_tokens:
+        sizes += [p + k * p // 4 for k in range(1, 5) if p + k * p // 4 <= max_tokens]
+        p *= 2
+    sizes.append(max_tokens)
+    return sorted(set(sizes))
+
+
+def compilation_config(max_tokens: int, entries: Mapping, cpu_build: bool,
+                       eager: bool) -> tuple[str | None, str | None]:
+    """The compilation config to hand vLLM for `max_tokens` (the user's own, with the sizes added), or None to leave
+    it as it is; and a note for the start log saying what was done, or why not. `entries` are the launcher's
+    resolved settings; `eager`: the user set enforce_eager."""
+    if not max_tokens:
+        return None, None
+    if cpu_build:
+        return None, f"{SETTING}={max_tokens} ignored: the CPU build runs no CUDA graphs"
+    if eager:
+        return None, f"{SETTING}={max_tokens} ignored: enforce_eager runs no CUDA graphs"
+    batched = entries.get("max_num_batched_tokens")
+    if batched is not None and batched.value and int(batched.value) < max_tokens:
+        max_tokens = int(batched.value)  # vLLM never runs a larger step, and drops larger sizes with a warning
+    seqs = entries.get("max_num_seqs")
+    user = entries.get("compilation_config")
+    config: dict = {}
+    if user is not None:
+        try:
+            config = json.loads(user.raw)
+        except ValueError:
+            config = None
+        if not isinstance(config, dict):
+            return None, (f"{SETTING}={max_tokens} ignored: compilation_config ({user.source}) is not a JSON object "
+                          f"to add cudagraph_capture_sizes to")
+        given = [k for k in USER_SIZE_KEYS if k in config]
+        if given:
+            return None, f"{SETTING}={max_tokens} ignored: compilation_config ({user.source}) sets {given[0]}"
+        if str(config.get("cudagraph_mode", "")).upper() == "NONE":
+            return None, f"{SETTING}={max_tokens} ignored: compilation_config ({user.source}) sets cudagraph_mode NONE"
+    sizes = capture_sizes(max_tokens, int(seqs.value) if seqs is not None and seqs.value else None)
+    config["cudagraph_capture_sizes"] = sizes
+    above = [n for n in sizes if n > VLLM_MAX_DEFAULT_SIZE]
+    return json.dumps(config), (f"CUDA graphs for steps of up to {max_tokens} tokens ({SETTING}): "
+                                f"{len(sizes)} capture sizes, {len(above)} of them above vLLM's 512")
