@@ -254,6 +254,11 @@ def test_clients_outside_the_sweep_are_refused(tmp_path, capsys):
     assert "--clients: invalid choice: 16" in capsys.readouterr().err
 
 
+def _latency_clients(res: dict) -> set[str]:
+    """The concurrencies a recorded run measured latency at: run 3's are 1 and 32 (8 came later)."""
+    return {c for m in res["models"].values() for reps in m["reps"].values() for rep in reps for c in rep["latency"]}
+
+
 def test_pooled_ratios_of_one_run_are_its_summary():
     """bench.e2e_pool over one run gives the summary's median and range for every figure it pools."""
     from bench import e2e_pool
@@ -262,7 +267,7 @@ def test_pooled_ratios_of_one_run_are_its_summary():
     summary = {tuple(c.strip() for c in ln.split("|")[1:5]): ln.split("|")[7:9]
                for ln in report.summarize(res).splitlines() if ln.count("|") == 9}
     pooled = [[c.strip() for c in ln.split("|")[1:-1]] for ln in e2e_pool.table([res])[2:]]
-    assert len(pooled) == 2 * (len(workload.THROUGHPUT_CONCURRENCY) + 2 * len(workload.LATENCY_CONCURRENCY))
+    assert len(pooled) == 2 * (len(workload.THROUGHPUT_CONCURRENCY) + 2 * len(_latency_clients(res)))
     for model, metric, clients, n, median, spread in pooled:
         assert int(n) == 5
         assert [x.strip() for x in summary[(model, "image", metric, clients)]] == [median, spread]
@@ -659,7 +664,8 @@ def test_the_summary_puts_the_image_against_each_peer():
     md = report.summarize(res)
     assert all(ln in md.splitlines() for ln in before.splitlines() if ln.startswith("| qwen3-coder-480b-tp8-tensor | "))
     rows = [ln.split("|") for ln in md.splitlines() if ln.startswith("| qwen3-coder-480b-tp8-tensor | image/")]
-    figures = len(workload.THROUGHPUT_CONCURRENCY) + 4 * len(workload.LATENCY_CONCURRENCY)
+    assert _latency_clients(res) == {"1", "32"}
+    figures = len(workload.THROUGHPUT_CONCURRENCY) + 4 * len(_latency_clients(res))
     assert len(rows) == 2 * figures
     ratios = report.paired_ratios([res], "qwen3-coder-480b-tp8-tensor", "throughput", "tok_s", "1", "image", "sglang")
     one = next(r for r in rows if r[2].strip() == "image/sglang" and r[3].strip() == "tok_s" and r[4].strip() == "1")

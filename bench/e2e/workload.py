@@ -15,7 +15,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 THROUGHPUT_CONCURRENCY = (1, 8, 32, 128)
-LATENCY_CONCURRENCY = (1, 32)
+LATENCY_CONCURRENCY = (1, 8, 32)
 # Each phase numbers its prompts from its own multiple of PHASE_PROMPTS, far more than a phase sends: the warm-up
 # from 0, repetition r from (r + 1) * PHASE_PROMPTS, the profiles after the last repetition's.
 PHASE_PROMPTS = 1_000_000
