@@ -11,7 +11,8 @@
 #                                               # the staging calls, and `all` waits for it, then serves the image
 #                                               # with the gated files added to configs/
 #   setsid tools/h200_session.sh all &          # the rest, in the background (outlives the call);
-#                                               # env: SMOKE=0 skips the smoke tests, PROFILE=0 the
+#                                               # env: SMOKE=0 skips the smoke tests, GEMMS=0 the decode
+#                                               # GEMM bench (bench/decode_gemm_bench.py), PROFILE=0 the
 #                                               # profiler windows (at 94 layers a one-client window is
 #                                               # about a million GPU events to write and parse), E2E_ARGS,
 #                                               # PEERS="sglang vllm-latest": the peers' runtimes too (peers)
@@ -108,6 +109,10 @@ all)
         step "patch 0007 against vLLM's topk_softmax op (ids, weights, CUDA-graph time)"
         kernel_bench router_topk_bench router OPTION_MOE_ONE_PASS_TOPK
     fi
+    if [ "${GEMMS:-1}" != 0 ]; then
+        step "the decode step's GEMMs outside the MoE: router gate and block-FP8 dense kernels vLLM ships"
+        "$GPU_VENV/bin/python" -m bench.decode_gemm_bench --quick --out "$RES/decode" || echo "decode GEMM bench failed"
+    fi
     if [ -d "$RES/kernels" ]; then
         step "waiting for the config tune (its GPU timings must not share the GPU)"
         while [ ! -f "$RES/kernels/DONE" ] && pgrep -f "h200_session.sh tun[e]" > /dev/null; do sleep 5; done
@@ -146,7 +151,7 @@ collect)
     for f in e2e.md e2e.json; do [ -f "$RES/e2e/$f" ] && cp "$RES/e2e/$f" "$OUT/"; done
     [ -d "$RES/kernels" ] && tar -czf "$OUT/kernels.tar.gz" -C "$RES" --exclude kernels/configs kernels
     # the kernel benches' tables and data in one file: at most 8 files come back from a call
-    benches=$(cd "$RES" && ls quant/fp8_quant.* router/router_topk.* 2>/dev/null)
+    benches=$(cd "$RES" && ls quant/fp8_quant.* router/router_topk.* decode/decode_gemm.* 2>/dev/null)
     [ -n "$benches" ] && tar -czf "$OUT/kernel-benches.tar.gz" -C "$RES" $benches
     [ -d "$RES/e2e/logs" ] && tar -czf "$OUT/e2e-logs.tar.gz" -C "$RES/e2e" logs
     # the servers' logs while they run, and the cross-check client's report (bench/e2e/crosscheck.py)

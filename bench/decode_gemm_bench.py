@@ -1,0 +1,210 @@
+"""The decode step's GEMMs outside the fused MoE, on the GPU, each against the other kernels vLLM 0.32 has for it.
+
+    python -m bench.decode_gemm_bench --out DIR      (the image's Python; --quick: fewer sizes and configs)
+
+Run 15's profile of the Qwen3-235B EP8 block shard (bench/RESULTS-archive.md) put 1.35 ms of a 6.5 ms one-client
+decode step in the two block-FP8 dense GEMMs of each layer (vLLM's CUTLASS blockwise kernel: 7.2 us each at one
+token, 11.2 us at eight) and about 0.55 ms in the router gate (cuBLAS split-K and its reduction, 5.8 us a layer).
+This bench times, per shape and token count, the kernels vLLM already ships for each:
+
+- router gate, bf16 x bf16 (hidden K -> experts N): `F.linear` with a bf16 result, as Qwen3-MoE's GateLinear runs
+  it (its out_dtype is None); `torch.mm` with a float32 result (GateLinear's cuBLAS tier); the cuteDSL
+  `ll_bf16_gemm` (GateLinear's first tier on Hopper, up to 16 tokens, float32 result). Each deployment's full
+  router and each shard's local one.
+- block-FP8 dense layers (qkv and o_proj of one rank, [128, 128] weight blocks, activations quantized per token
+  group of 128): the CUTLASS blockwise kernel (`--linear-backend cutlass`), vLLM's Triton kernel as vLLM runs it
+  (`--linear-backend triton`: its config file for the shape if it has one, else its default config), and that
+  kernel with the best config of a grid (what a tuned config file would give; picked on one timing per config,
+  then timed with the others).
+
+Each kernel runs 100 times in one CUDA graph, the graphs replayed in turn 7 times (bench/cuda_graph_timing.py):
+microseconds per call, the median and range of each candidate over the baseline (F.linear; CUTLASS). Every
+output is compared with a float32 reference. Prints markdown tables, writes decode_gemm.json and decode_gemm.md.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import statistics
+from pathlib import Path
+
+import torch
+
+from bench.cuda_graph_timing import CALLS, REPS, alternate, graph_of, time_us
+
+BLOCK = 128
+# The checkpoints' full routers (hidden, experts): what each deployment runs on every rank.
+ROUTERS = {"qwen3-235b-a22b": (4096, 128), "qwen3-coder-480b-a35b": (6144, 160), "deepseek-v3": (7168, 256)}
+# The engine bench's block-FP8 shards (serving.tiny_model presets), whose dense layers and local routers these are.
+SHARD_PRESETS = ("qwen3-235b-a22b-ep8", "qwen3-coder-480b-a35b-ep8", "deepseek-v3-ep8", "qwen3-235b-a22b-tp4",
+                 "qwen3-coder-480b-a35b-tp4", "deepseek-v3-tp8")
+ROUTER_TOKENS = (1, 2, 4, 8, 16, 32)
+DENSE_TOKENS = (1, 2, 4, 8, 16, 32, 64)
+LL_BF16_MAX_TOKENS = 16  # GateLinear.LL_BF16_MAX_TOKENS in vLLM 0.32
+# vLLM's Triton block-FP8 kernel needs BLOCK_SIZE_K == the weight block's K (its scales are read per K block).
+TRITON_GRID = [dict(BLOCK_SIZE_M=m, BLOCK_SIZE_N=n, BLOCK_SIZE_K=BLOCK, GROUP_SIZE_M=1, num_warps=w, num_stages=s)
+               for m, n, w, s in itertools.product((16, 32, 64), (32, 64, 128), (4, 8), (3, 4, 5))]
+QUICK_GRID = [c for c in TRITON_GRID if c["BLOCK_SIZE_M"] == 16 and c["num_stages"] == 4]
+
+
+def shard_shapes() -> dict[str, tuple[int, int]]:
+    """Each shard's dense GEMMs, (N, K), one entry per distinct shape: qkv (q, k and v heads -> hidden) and o_proj
+    (hidden <- q heads), and its local router (hidden, local experts)."""
+    from serving.tiny_model import preset_spec
+
+    dense, routers = {}, {}
+    for preset in SHARD_PRESETS:
+        s = preset_spec(preset)
+        q, kv = s.heads * s.head_dim, s.kv_heads * s.head_dim
+        dense.setdefault((q + 2 * kv, s.hidden), f"{preset} qkv")
+        dense.setdefault((s.hidden, q), f"{preset} o_proj")
+        if (s.hidden, s.experts) not in ROUTERS.values():  # a TP rank's router is the checkpoint's full one
+            routers.setdefault((s.hidden, s.experts), f"{preset} local router")
+    return {v: k for k, v in dense.items()}, {v: k for k, v in routers.items()}
+
+
+def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((out.float() - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
+
+
+def working(arms: dict, ref: torch.Tensor, failed: dict) -> dict:
+    """The arms that run (each one's relative error against ref); an arm that raises is left out, its error in
+    `failed`."""
+    errors = {}
+    for name, fn in list(arms.items()):
+        try:
+            errors[name] = relative_error(fn(), ref)
+        except Exception as e:  # a kernel that does not take this shape: recorded, not timed
+            failed[name] = repr(e)[:300]
+            del arms[name]
+    return errors
+
+
+def timed(arms: dict, baseline: str) -> tuple[dict, dict]:
+    """Each arm's median us per call, and each other arm's paired ratio to the baseline [median, min, max]."""
+    graphs = {a: graph_of(f) for a, f in arms.items()}
+    t = alternate(graphs, baseline, baseline)["us"]
+    ratios = {a: [c / b for b, c in zip(t[baseline], t[a])] for a in arms if a != baseline}
+    return ({a: statistics.median(v) for a, v in t.items()},
+            {a: [statistics.median(r), min(r), max(r)] for a, r in ratios.items()})
+
+
+def cell(us: dict, ratio: dict, arm: str) -> str:
+    return f"{us[arm]:.2f} ({ratio[arm][0]:.3f})" if arm in us else "-"
+
+
+def router_cases(tokens, out: dict, rows: list[str]) -> None:
+    from vllm.model_executor.kernels.linear.cute_dsl import ll_bf16
+
+    ll_ok = ll_bf16.is_available()
+    _, local = shard_shapes()
+    for name, (k, n) in {**ROUTERS, **local}.items():
+        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
+        for m in tokens:
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            ref = x.float() @ w.float().T
+            arms = {"F.linear bf16": lambda x=x: torch.nn.functional.linear(x, w),
+                    "mm fp32": lambda x=x: torch.mm(x, w.T, out_dtype=torch.float32)}
+            if ll_ok and m <= LL_BF16_MAX_TOKENS and k % 8 == 0:
+                arms["ll_bf16_gemm"] = lambda x=x: ll_bf16.ll_bf16_gemm(x, w)
+            failed = {}
+            errors = working(arms, ref, failed)
+            us, ratio = timed(arms, "F.linear bf16")
+            out[f"router {name} M={m}"] = {"k": k, "n": n, "m": m, "errors": errors, "failed": failed, "us": us,
+                                          "ratio": ratio}
+            rows.append(f"| {name} | {k} x {n} | {m} | {us['F.linear bf16']:.2f} | {cell(us, ratio, 'mm fp32')} | "
+                        f"{cell(us, ratio, 'll_bf16_gemm')} | {max(errors.values()):.1e} |")
+    if not ll_ok:
+        rows.append("\nll_bf16_gemm: not available here (cuteDSL, the nvidia-cutlass-dsl packages, not importable)")
+
+
+@contextlib.contextmanager
+def triton_config(fp8_utils, config: dict | None):
+    """vLLM's Triton block-FP8 kernel with `config` for every M (None: as vLLM runs it, its file or default)."""
+    if config is None:
+        yield
+        return
+    saved = fp8_utils.get_w8a8_block_fp8_configs
+    fp8_utils.get_w8a8_block_fp8_configs = lambda *a, **k: {1: config}
+    try:
+        yield
+    finally:
+        fp8_utils.get_w8a8_block_fp8_configs = saved
+
+
+def dense_cases(tokens, grid, out: dict, rows: list[str]) -> None:
+    from vllm.model_executor.kernels.linear.scaled_mm.cutlass import cutlass_scaled_mm
+    from vllm.model_executor.layers.quantization.utils import fp8_utils
+
+    dense, _ = shard_shapes()
+    for name, (n, k) in dense.items():
+        w = (torch.randn(n, k, device="cuda") * 0.5).to(torch.float8_e4m3fn)
+        ws = torch.rand(n // BLOCK, k // BLOCK, device="cuda") * 1e-2 + 1e-3
+        w_ref = w.float() * ws.repeat_interleave(BLOCK, 0).repeat_interleave(BLOCK, 1)
+        for m in tokens:
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            # each kernel's activation layout as vLLM's linear method quantizes it: column-major scales for CUTLASS
+            xq_c, xs_c = fp8_utils.per_token_group_quant_fp8(x, BLOCK, column_major_scales=True)
+            xq_t, xs_t = fp8_utils.per_token_group_quant_fp8(x, BLOCK)
+            ref = (xq_t.float() * xs_t.repeat_interleave(BLOCK, 1)) @ w_ref.T
+
+            def cutlass():
+                return cutlass_scaled_mm(xq_c, w, xs_c, ws, [BLOCK, BLOCK], torch.bfloat16)
+
+            def triton_with(config):
+                def run():
+                    with triton_config(fp8_utils, config):
+                        return fp8_utils.w8a8_triton_block_scaled_mm(xq_t, w, xs_t, ws, [BLOCK, BLOCK],
+                                                                     torch.bfloat16)
+                return run
+
+            sweep = {}
+            for i, config in enumerate(grid):
+                try:
+                    sweep[i] = time_us(graph_of(triton_with(config)))
+                except Exception:  # a config the kernel cannot run (shared memory): not a candidate
+                    continue
+            best = grid[min(sweep, key=sweep.get)]
+            arms = {"cutlass": cutlass, "triton": triton_with(None), "triton tuned": triton_with(best)}
+            failed = {}
+            errors = working(arms, ref, failed)
+            us, ratio = timed(arms, "cutlass")
+            out[f"dense {name} M={m}"] = {"n": n, "k": k, "m": m, "errors": errors, "failed": failed, "us": us,
+                                          "ratio": ratio, "best_config": best, "configs_timed": len(sweep)}
+            rows.append(f"| {name} | {n} x {k} | {m} | {us['cutlass']:.2f} | {cell(us, ratio, 'triton')} | "
+                        f"{cell(us, ratio, 'triton tuned')} | {best['BLOCK_SIZE_M']}x{best['BLOCK_SIZE_N']} "
+                        f"w{best['num_warps']} s{best['num_stages']} | {max(errors.values()):.1e} |")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--quick", action="store_true", help="1, 8 and 32 tokens and a 6-config grid")
+    a = p.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("decode_gemm_bench: no CUDA device here; it times GPU kernels")
+    torch.manual_seed(0)
+    router_tokens = (1, 8, 16) if a.quick else ROUTER_TOKENS
+    dense_tokens = (1, 8, 32) if a.quick else DENSE_TOKENS
+    grid = QUICK_GRID if a.quick else TRITON_GRID
+    results = {"device": torch.cuda.get_device_name(), "calls_per_graph": CALLS, "reps": REPS, "cases": {}}
+    router_rows = ["| router | hidden x experts | tokens | F.linear bf16 us | mm fp32 us (/F.linear) | "
+                   "ll_bf16_gemm us (/F.linear) | max rel. error |", "|---|---|---|---|---|---|---|"]
+    dense_rows = ["| layer | N x K | tokens | CUTLASS us | Triton as vLLM runs it us (/CUTLASS) | Triton tuned us "
+                  "(/CUTLASS) | tuned config | max rel. error |", "|---|---|---|---|---|---|---|---|"]
+    router_cases(router_tokens, results["cases"], router_rows)
+    dense_cases(dense_tokens, grid, results["cases"], dense_rows)
+    worst = max(e for c in results["cases"].values() for e in c["errors"].values())
+    results["max_relative_error"] = worst
+    text = "\n".join(router_rows) + "\n\n" + "\n".join(dense_rows) + f"\n\nlargest relative error: {worst:.1e}\n"
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / "decode_gemm.json").write_text(json.dumps(results, indent=1))
+    (a.out / "decode_gemm.md").write_text(text)
+    print(text)
+    return 0 if worst < 0.05 else 1  # bf16 outputs of float32 sums: about 1e-2 at most
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,39 @@
+"""bench/decode_gemm_bench.py where it runs on the CPU: the shapes it times (each shard's dense layers and routers,
+as the engine bench's presets make them) and its refusal to run without a GPU."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from bench import decode_gemm_bench as bench
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_dense_shapes_are_each_shards_qkv_and_o_proj_once():
+    dense, routers = bench.shard_shapes()
+    # the 235B EP8 rank: 8 query heads and 1 KV head of 128 (TP8 attention), hidden 4096
+    assert dense["qwen3-235b-a22b-ep8 qkv"] == (1280, 4096) and dense["qwen3-235b-a22b-ep8 o_proj"] == (4096, 1024)
+    # the Coder under DP8 + EP8 keeps every head: 96 + 2 x 8 of 128 over hidden 6144
+    assert dense["qwen3-coder-480b-a35b-ep8 qkv"] == (14336, 6144)
+    assert len(set(dense.values())) == len(dense)  # DeepSeek-V3's TP8 rank repeats its EP8 rank's shapes: once
+    assert all(n % bench.BLOCK == 0 and k % bench.BLOCK == 0 for n, k in dense.values())
+    # local routers of the EP8 ranks; the TP4 ranks' routers are the checkpoints' full ones, timed once
+    assert routers == {"qwen3-235b-a22b-ep8 local router": (4096, 16),
+                       "qwen3-coder-480b-a35b-ep8 local router": (6144, 20),
+                       "deepseek-v3-ep8 local router": (7168, 32)}
+
+
+def test_triton_grid_keeps_the_weight_blocks_k():
+    assert all(c["BLOCK_SIZE_K"] == bench.BLOCK for c in bench.TRITON_GRID)
+    assert set(map(str, bench.QUICK_GRID)) < set(map(str, bench.TRITON_GRID))
+
+
+def test_refuses_to_run_without_a_gpu(tmp_path):
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")  # no GPU, on a GPU host too
+    r = subprocess.run([sys.executable, "-m", "bench.decode_gemm_bench", "--quick", "--out", str(tmp_path)],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1 and "no CUDA device here" in r.stderr
+    assert not list(tmp_path.iterdir())
