@@ -3,7 +3,7 @@
 vLLM 0.32 captures CUDA graphs for steps of up to 2 x max_num_seqs tokens, at most 512, and runs every larger step
 eagerly; a step that prefills a few prompts at once is larger. Eagerly, each fused-MoE layer costs about a
 millisecond of Python on the host, so on an H200 a 896-token step of the 94-layer Qwen3-235B EP8 shard took 175 ms
-for about 30 ms of GPU work (bench/RESULTS.md, run 15). SGLang 0.5.21 captures its prefill steps up to 8,192
+for about 30 ms of GPU work (bench/RESULTS-archive.md, run 15). SGLang 0.5.21 captures its prefill steps up to 8,192
 tokens. Above vLLM's own sizes this module adds sizes a quarter of a power of two apart (320, 384, 448, 512, 640,
 ..., 8192), so a step is padded by less than 25%, and hands the list to vLLM as its compilation config's
 `cudagraph_capture_sizes`. vLLM pads a step up to the next captured size and replays the graph; attention runs
@@ -56,10 +56,6 @@ def compilation_config(max_tokens: int, entries: Mapping, cpu_build: bool,
         return None, f"{SETTING}={max_tokens} ignored: the CPU build runs no CUDA graphs"
     if eager:
         return None, f"{SETTING}={max_tokens} ignored: enforce_eager runs no CUDA graphs"
-    batched = entries.get("max_num_batched_tokens")
-    if batched is not None and batched.value and int(batched.value) < max_tokens:
-        max_tokens = int(batched.value)  # vLLM never runs a larger step, and drops larger sizes with a warning
-    seqs = entries.get("max_num_seqs")
     user = entries.get("compilation_config")
     config: dict = {}
     if user is not None:
@@ -75,6 +71,10 @@ def compilation_config(max_tokens: int, entries: Mapping, cpu_build: bool,
             return None, f"{SETTING}={max_tokens} ignored: compilation_config ({user.source}) sets {given[0]}"
         if str(config.get("cudagraph_mode", "")).upper() == "NONE":
             return None, f"{SETTING}={max_tokens} ignored: compilation_config ({user.source}) sets cudagraph_mode NONE"
+    batched = entries.get("max_num_batched_tokens")
+    if batched is not None and batched.value and int(batched.value) < max_tokens:
+        max_tokens = int(batched.value)  # vLLM never runs a larger step, and drops larger sizes with a warning
+    seqs = entries.get("max_num_seqs")
     sizes = capture_sizes(max_tokens, int(seqs.value) if seqs is not None and seqs.value else None)
     config["cudagraph_capture_sizes"] = sizes
     above = [n for n in sizes if n > VLLM_MAX_DEFAULT_SIZE]

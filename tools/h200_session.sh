@@ -157,8 +157,10 @@ collect)
     # the servers' logs while they run, and the cross-check client's report (bench/e2e/crosscheck.py)
     [ -d /tmp/e2e-work/logs ] && tar -czf "$OUT/e2e-live-logs.tar.gz" -C /tmp/e2e-work logs \
         $(cd /tmp/e2e-work && ls -d crosscheck 2>/dev/null)
-    # each arm's torch.compile kernels (Inductor's Triton source), which the profiles name (triton_red_fused_1)
-    kern=$(cd /tmp/e2e-work 2>/dev/null && grep -rl --include='*.py' -e '^def triton_' homes 2>/dev/null | head -300)
+    # each arm's torch.compile kernels (Inductor's Triton source) and the configs its autotuning picked
+    # (*.best_config), which the profiles name (triton_red_fused_1)
+    kern=$(cd /tmp/e2e-work 2>/dev/null && { grep -rl --include='*.py' -e '^def triton_' homes;
+                                             find homes -name '*.best_config'; } 2>/dev/null | head -600)
     [ -n "$kern" ] && tar -czf "$OUT/inductor-kernels.tar.gz" -C /tmp/e2e-work $kern
     tail -n 25 "$RES/session.log"
     [ -f "$RES/DONE" ] && echo "SESSION DONE"
