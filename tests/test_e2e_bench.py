@@ -408,7 +408,12 @@ def test_profile_classes_count_memsets_and_copies_as_gpu_work(tmp_path):
               {"cat": "gpu_memset", "name": "Memset (Unknown)", "ts": 30, "dur": 1},
               {"cat": "gpu_memcpy", "name": "Memcpy HtoD (Pinned -> Device)", "ts": 40, "dur": 2},
               {"cat": "kernel", "name": "void flash::flash_fwd_kernel<...>", "ts": 50, "dur": 5},
-              {"cat": "cpu_op", "name": "aten::empty", "ts": 60, "dur": 100}]
+              {"cat": "cpu_op", "name": "aten::empty", "ts": 60, "dur": 100},
+              {"cat": "user_annotation", "name": "execute_context_7(896)_generation_1(1)", "ts": 0, "dur": 175000},
+              {"cat": "gpu_user_annotation", "name": "execute_context_7(896)_generation_1(1)", "ts": 9, "dur": 31000},
+              {"cat": "gpu_user_annotation", "name": "execute_context_0(0)_generation_8(8)", "ts": 70, "dur": 10000},
+              {"cat": "gpu_user_annotation", "name": "execute_context_0(0)_generation_8(8)", "ts": 80, "dur": 11000},
+              {"cat": "user_annotation", "name": "execute_context_0(0)_generation_8(8)", "ts": 70, "dur": 500}]
     path = tmp_path / "t.pt.trace.json.gz"
     with gzip.open(path, "wt") as f:
         json.dump({"traceEvents": events}, f)
@@ -417,6 +422,10 @@ def test_profile_classes_count_memsets_and_copies_as_gpu_work(tmp_path):
     assert r["share"] == {"attention": round(5 / 24, 4), "moe_w13": round(10 / 24, 4), "moe_w2": round(6 / 24, 4),
                           "other": round(3 / 24, 4)}
     assert dict(r["top_other"]) == {"Memcpy HtoD (Pinned -> Device)": 2, "Memset (Unknown)": 1}
+    assert r["step_kinds"] == {"execute_context_0(0)_generation_8(8)": {"n": 2, "gpu_ms": 10.5, "host_ms": 0.5},
+                               "execute_context_7(896)_generation_1(1)": {"n": 1, "gpu_ms": 31.0, "host_ms": 175.0}}
+    md = report.step_table({"models": {"m": {"profile": {"image.c8": r}}}})
+    assert "| m | image | 8 | execute_context_7(896)_generation_1(1) | 1 | 31.0 | 175.0 |" in md
     assert r["top_kernels"][0] == ["fused_moe_kernel", 2, 16]
     assert [k[0] for k in r["top_kernels"]][1:] == ["void flash::flash_fwd_kernel<...>",
                                                     "Memcpy HtoD (Pinned -> Device)", "Memset (Unknown)"]

@@ -44,6 +44,18 @@ def profile_table(results: dict) -> list[str]:
             "|---|---|---|---|---|" + "---|" * len(PROFILE_CLASSES)] + rows
 
 
+def step_table(results: dict) -> list[str]:
+    """Each kind of engine step in the vLLM arms' profile windows: count and mean span on the GPU and the host."""
+    rows = [f"| {mname} | {key.rpartition('.c')[0]} | {key.rpartition('.c')[2]} | {name} | {k['n']} | "
+            f"{k.get('gpu_ms', '-')} | {k.get('host_ms', '-')} |"
+            for mname, m in results["models"].items() for key, p in (m.get("profile") or {}).items()
+            for name, k in (p.get("step_kinds") or {}).items()]
+    if not rows:
+        return []
+    return ["", "| model | arm | clients | step (requests(tokens) prefilled, decoded) | steps | GPU ms each | "
+            "host ms each |", "|---|---|---|---|---|---|---|"] + rows
+
+
 def paired_ratios(runs: list[dict], model: str, kind: str, metric: str, clients: str,
                   arm: str = "image", base: str = "stock", section: str = "reps") -> list[float]:
     """Every repetition's arm/base ratio for one figure (the arm's figure over the base arm's figure of the same
@@ -154,6 +166,7 @@ def summarize(results: dict) -> str:
     out += peer_table(results)
     out += cross_check_table(results)
     out += profile_table(results)
+    out += step_table(results)
     out += ["", "| server | start to ready (s): /ping 200, SGLang /health 200 | first request TTFT (ms) | JIT warnings "
             "| FlashInfer JIT builds | prefix-cache hits (tokens found of looked up, after the repetitions) |",
             "|---|---|---|---|---|---|"]

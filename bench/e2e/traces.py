@@ -20,6 +20,24 @@ KERNEL_CLASSES = (
 
 GPU_EVENT_CATEGORIES = ("kernel", "gpu_memset", "gpu_memcpy")
 TOP_KERNELS = 40
+# vLLM's model runner names each step's profiler range by its batch: execute_context_<requests>(<prompt tokens>)
+# _generation_<requests>(<decode tokens>); the trace has it on the host (user_annotation) and on the GPU
+# (gpu_user_annotation, the span of the step's GPU work).
+STEP_RANGE = re.compile(r"^execute_context_\d+\(\d+\)_generation_\d+\(\d+\)$")
+STEP_SIDES = {"user_annotation": "host_ms", "gpu_user_annotation": "gpu_ms"}
+
+
+def step_kinds(events: list[dict]) -> dict[str, dict]:
+    """Each kind of engine step in a window (vLLM's step ranges): how many ran, and the mean span of one on the
+    host and on the GPU, in ms. A prefill above the largest CUDA graph shows here as a long step."""
+    spans: dict[str, dict[str, list[float]]] = {}
+    for e in events:
+        side = STEP_SIDES.get(e.get("cat", ""))
+        if side and "dur" in e and STEP_RANGE.match(e.get("name", "")):
+            spans.setdefault(e["name"], {}).setdefault(side, []).append(e["dur"] / 1e3)
+    return {name: {"n": max(len(v) for v in sides.values()),
+                   **{side: round(sum(v) / len(v), 3) for side, v in sorted(sides.items())}}
+            for name, sides in sorted(spans.items())}
 
 
 def classify(trace_path: Path) -> dict:
@@ -49,7 +67,8 @@ def classify(trace_path: Path) -> dict:
             "top_other": sorted(other.items(), key=lambda kv: -kv[1])[:8],
             # every class's largest kernels, to pick a patch by (the trace itself stays on the GPU host)
             "top_kernels": [[name, n, round(t, 1)] for name, (n, t) in
-                            sorted(by_name.items(), key=lambda kv: -kv[1][1])[:TOP_KERNELS]]}
+                            sorted(by_name.items(), key=lambda kv: -kv[1][1])[:TOP_KERNELS]],
+            "step_kinds": step_kinds(events)}
 
 
 def profile_steps(concurrency: int, out_tokens: int) -> int:
