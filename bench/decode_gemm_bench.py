@@ -49,7 +49,7 @@ TRITON_GRID = [dict(BLOCK_SIZE_M=m, BLOCK_SIZE_N=n, BLOCK_SIZE_K=BLOCK, GROUP_SI
 QUICK_GRID = [c for c in TRITON_GRID if c["BLOCK_SIZE_M"] == 16 and c["num_stages"] == 4]
 
 
-def shard_shapes() -> dict[str, tuple[int, int]]:
+def shard_shapes() -> tuple[dict[str, tuple[int, int]], dict[str, tuple[int, int]]]:
     """Each shard's dense GEMMs, (N, K), one entry per distinct shape: qkv (q, k and v heads -> hidden) and o_proj
     (hidden <- q heads), and its local router (hidden, local experts)."""
     from serving.tiny_model import preset_spec
@@ -84,6 +84,8 @@ def working(arms: dict, ref: torch.Tensor, failed: dict) -> dict:
 
 def timed(arms: dict, baseline: str) -> tuple[dict, dict]:
     """Each arm's median us per call, and each other arm's paired ratio to the baseline [median, min, max]."""
+    if baseline not in arms:
+        return {}, {}
     graphs = {a: graph_of(f) for a, f in arms.items()}
     t = alternate(graphs, baseline, baseline)["us"]
     ratios = {a: [c / b for b, c in zip(t[baseline], t[a])] for a in arms if a != baseline}
@@ -114,6 +116,9 @@ def router_cases(tokens, out: dict, rows: list[str]) -> None:
             us, ratio = timed(arms, "F.linear bf16")
             out[f"router {name} M={m}"] = {"k": k, "n": n, "m": m, "errors": errors, "failed": failed, "us": us,
                                           "ratio": ratio}
+            if not us:
+                rows.append(f"| {name} | {k} x {n} | {m} | failed: {failed} | | | |")
+                continue
             rows.append(f"| {name} | {k} x {n} | {m} | {us['F.linear bf16']:.2f} | {cell(us, ratio, 'mm fp32')} | "
                         f"{cell(us, ratio, 'll_bf16_gemm')} | {max(errors.values()):.1e} |")
     if not ll_ok:
@@ -173,6 +178,9 @@ def dense_cases(tokens, grid, out: dict, rows: list[str]) -> None:
             us, ratio = timed(arms, "cutlass")
             out[f"dense {name} M={m}"] = {"n": n, "k": k, "m": m, "errors": errors, "failed": failed, "us": us,
                                           "ratio": ratio, "best_config": best, "configs_timed": len(sweep)}
+            if not us:
+                rows.append(f"| {name} | {n} x {k} | {m} | failed: {failed} | | | | |")
+                continue
             rows.append(f"| {name} | {n} x {k} | {m} | {us['cutlass']:.2f} | {cell(us, ratio, 'triton')} | "
                         f"{cell(us, ratio, 'triton tuned')} | {best['BLOCK_SIZE_M']}x{best['BLOCK_SIZE_N']} "
                         f"w{best['num_warps']} s{best['num_stages']} | {max(errors.values()):.1e} |")
@@ -196,14 +204,15 @@ def main() -> int:
                   "(/CUTLASS) | tuned config | max rel. error |", "|---|---|---|---|---|---|---|---|"]
     router_cases(router_tokens, results["cases"], router_rows)
     dense_cases(dense_tokens, grid, results["cases"], dense_rows)
-    worst = max(e for c in results["cases"].values() for e in c["errors"].values())
+    worst = max((e for c in results["cases"].values() for e in c["errors"].values()), default=float("inf"))
     results["max_relative_error"] = worst
     text = "\n".join(router_rows) + "\n\n" + "\n".join(dense_rows) + f"\n\nlargest relative error: {worst:.1e}\n"
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "decode_gemm.json").write_text(json.dumps(results, indent=1))
     (a.out / "decode_gemm.md").write_text(text)
     print(text)
-    return 0 if worst < 0.05 else 1  # bf16 outputs of float32 sums: about 1e-2 at most
+    # bf16 outputs of float32 sums: about 1e-2 at most; a baseline that failed fails the bench
+    return 0 if worst < 0.05 and all(c["us"] for c in results["cases"].values()) else 1
 
 
 if __name__ == "__main__":
