@@ -17,9 +17,10 @@ This bench times, per shape and token count, the kernels vLLM already ships for 
   kernel with the best config of a grid (what a tuned config file would give; picked on one timing per config,
   then timed with the others).
 
-Each kernel runs 100 times in one CUDA graph, the graphs replayed in turn 7 times (bench/cuda_graph_timing.py):
-microseconds per call, the median and range of each candidate over the baseline (F.linear; CUTLASS). Every
-output is compared with a float32 reference. Prints markdown tables, writes decode_gemm.json and decode_gemm.md.
+Each arm's first call in each case is timed on the wall clock (`first_call_ms`: a JIT compile, such as cuteDSL's
+or Triton's for a new config, shows there). Each kernel then runs 100 times in one CUDA graph, the graphs replayed
+in turn 7 times (bench/cuda_graph_timing.py): microseconds per call, the median and range of each candidate over
+the baseline (F.linear; CUTLASS). Every output is compared with a float32 reference. Prints markdown tables, writes decode_gemm.json and decode_gemm.md.
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ import contextlib
 import itertools
 import json
 import statistics
+import time
 from pathlib import Path
 
 import torch
@@ -69,13 +71,18 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     return float((out.float() - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
 
 
-def working(arms: dict, ref: torch.Tensor, failed: dict) -> dict:
+def working(arms: dict, ref: torch.Tensor, failed: dict, first_ms: dict) -> dict:
     """The arms that run (each one's relative error against ref); an arm that raises is left out, its error in
-    `failed`."""
+    `failed`. first_ms: each arm's first call here, in ms of wall time (a JIT compile shows as a long one)."""
     errors = {}
     for name, fn in list(arms.items()):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
         try:
-            errors[name] = relative_error(fn(), ref)
+            y = fn()
+            torch.cuda.synchronize()
+            first_ms[name] = round(1e3 * (time.perf_counter() - t0), 2)
+            errors[name] = relative_error(y, ref)
         except Exception as e:  # a kernel that does not take this shape: recorded, not timed
             failed[name] = repr(e)[:300]
             del arms[name]
@@ -111,11 +118,11 @@ def router_cases(tokens, out: dict, rows: list[str]) -> None:
                     "mm fp32": lambda x=x: torch.mm(x, w.T, out_dtype=torch.float32)}
             if ll_ok and m <= LL_BF16_MAX_TOKENS and k % 8 == 0:
                 arms["ll_bf16_gemm"] = lambda x=x: ll_bf16.ll_bf16_gemm(x, w)
-            failed = {}
-            errors = working(arms, ref, failed)
+            failed, first_ms = {}, {}
+            errors = working(arms, ref, failed, first_ms)
             us, ratio = timed(arms, "F.linear bf16")
             out[f"router {name} M={m}"] = {"k": k, "n": n, "m": m, "errors": errors, "failed": failed, "us": us,
-                                          "ratio": ratio}
+                                          "ratio": ratio, "first_call_ms": first_ms}
             if not us:
                 rows.append(f"| {name} | {k} x {n} | {m} | failed: {failed} | | | |")
                 continue
@@ -173,11 +180,12 @@ def dense_cases(tokens, grid, out: dict, rows: list[str]) -> None:
                     continue
             best = grid[min(sweep, key=sweep.get)]
             arms = {"cutlass": cutlass, "triton": triton_with(None), "triton tuned": triton_with(best)}
-            failed = {}
-            errors = working(arms, ref, failed)
+            failed, first_ms = {}, {}
+            errors = working(arms, ref, failed, first_ms)
             us, ratio = timed(arms, "cutlass")
             out[f"dense {name} M={m}"] = {"n": n, "k": k, "m": m, "errors": errors, "failed": failed, "us": us,
-                                          "ratio": ratio, "best_config": best, "configs_timed": len(sweep)}
+                                          "ratio": ratio, "first_call_ms": first_ms, "best_config": best,
+                                          "configs_timed": len(sweep)}
             if not us:
                 rows.append(f"| {name} | {n} x {k} | {m} | failed: {failed} | | | | |")
                 continue
