@@ -111,7 +111,9 @@ all)
     fi
     if [ "${GEMMS:-1}" != 0 ]; then
         step "the decode step's GEMMs outside the MoE: router gate and block-FP8 dense kernels vLLM ships"
-        "$GPU_VENV/bin/python" -m bench.decode_gemm_bench --quick --out "$RES/decode" || echo "decode GEMM bench failed"
+        # bounded: it must not eat the engine bench's lease (a JIT compile of a cuteDSL kernel takes its own time)
+        timeout 300 "$GPU_VENV/bin/python" -m bench.decode_gemm_bench --quick --out "$RES/decode" \
+            || echo "decode GEMM bench failed or ran past 300 s"
     fi
     if [ -d "$RES/kernels" ]; then
         step "waiting for the config tune (its GPU timings must not share the GPU)"
