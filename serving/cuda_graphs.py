@@ -1,7 +1,7 @@
 """CUDA-graph capture sizes for steps larger than vLLM's own (option.cuda_graph_max_tokens), run by the launcher.
 
-vLLM 0.32 captures CUDA graphs for steps of up to 2 x max_num_seqs tokens, at most 512, and runs every larger step
-eagerly; a step that prefills a few prompts at once is larger. Eagerly, each fused-MoE layer costs about a
+vLLM 0.32 (and 0.34.0, by its wheel's source) captures CUDA graphs for steps of up to 2 x max_num_seqs tokens, at
+most 512 on Hopper, and runs every larger step eagerly; a step that prefills a few prompts at once is larger. Eagerly, each fused-MoE layer costs about a
 millisecond of Python on the host, so on an H200 a 896-token step of the 94-layer Qwen3-235B EP8 shard took 175 ms
 for about 30 ms of GPU work (bench/RESULTS-archive.md, run 15). SGLang 0.5.21 captures its prefill steps up to 8,192
 tokens. Above vLLM's own sizes this module adds sizes a quarter of a power of two apart (320, 384, 448, 512, 640,
