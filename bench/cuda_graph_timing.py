@@ -38,11 +38,17 @@ def time_us(g: torch.cuda.CUDAGraph) -> float:
     return 1e3 * start.elapsed_time(end) / CALLS
 
 
-def alternate(graphs: dict[str, torch.cuda.CUDAGraph], baseline: str, candidate: str) -> dict:
-    """Replay the graphs in turn REPS times; per-call times of each and the candidate/baseline ratios."""
+def in_turn(graphs: dict[str, torch.cuda.CUDAGraph]) -> dict[str, list[float]]:
+    """Replay the graphs in turn REPS times: each one's per-call times, one a round."""
     t = {k: [] for k in graphs}
     for _ in range(REPS):
         for k, g in graphs.items():
             t[k].append(time_us(g))
+    return t
+
+
+def alternate(graphs: dict[str, torch.cuda.CUDAGraph], baseline: str, candidate: str) -> dict:
+    """Replay the graphs in turn REPS times; per-call times of each and the candidate/baseline ratios."""
+    t = in_turn(graphs)
     ratios = [c / b for b, c in zip(t[baseline], t[candidate])]
     return {"us": t, "ratio_median": statistics.median(ratios), "ratio_range": [min(ratios), max(ratios)]}

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from bench.cuda_graph_timing import CALLS, REPS, alternate, graph_of, time_us
+from bench.cuda_graph_timing import CALLS, REPS, graph_of, in_turn, time_us
 
 BLOCK = 128
 # The checkpoints' full routers (hidden, experts): what each deployment runs on every rank.
@@ -93,8 +93,7 @@ def timed(arms: dict, baseline: str) -> tuple[dict, dict]:
     """Each arm's median us per call, and each other arm's paired ratio to the baseline [median, min, max]."""
     if baseline not in arms:
         return {}, {}
-    graphs = {a: graph_of(f) for a, f in arms.items()}
-    t = alternate(graphs, baseline, baseline)["us"]
+    t = in_turn({a: graph_of(f) for a, f in arms.items()})
     ratios = {a: [c / b for b, c in zip(t[baseline], t[a])] for a in arms if a != baseline}
     return ({a: statistics.median(v) for a, v in t.items()},
             {a: [statistics.median(r), min(r), max(r)] for a, r in ratios.items()})

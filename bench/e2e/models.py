@@ -64,8 +64,8 @@ def parse_layers(tokens: list[str], models: list[str]) -> dict[str, int]:
 # option.cuda_graph_max_tokens, serving/cuda_graphs.py). Not measured, started for what their logs say:
 # "stock-debug" (stock at VLLM_LOGGING_LEVEL=DEBUG: why each MoE backend ahead of the chosen one was rejected) and
 # "stock-no-nvcc" (stock with nvcc off PATH and CUDA_HOME, as in the image's runtime base: what FlashInfer's JIT
-# does there). A static-scale stock start compiles FlashInfer's
-# fused_moe_90 for over 12 minutes on an H200: give that model --ready-timeout 1800.
+# does there). A static-scale stock start compiles FlashInfer's fused_moe_90 for over 12 minutes on an H200: give
+# that model --ready-timeout 1800.
 IMAGE_ARM_SETTINGS: dict[str, dict[str, object]] = {
     "image": {},
     "image-stock-order": {"fp8_moe_stock_order": True},

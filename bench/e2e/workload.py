@@ -55,12 +55,8 @@ def prefix_cache_tokens(host: str) -> dict | None:
     """vLLM's prefix-cache counters from /metrics: {"queries": tokens looked up, "hits": tokens found}; None where
     the server exports neither (SGLang without --enable-metrics) or does not answer."""
     try:
-        conn, r = _request(host, "GET", "/metrics", timeout=60)
-        try:
-            text = r.read().decode() if r.status == 200 else ""
-        finally:
-            conn.close()
-    except (OSError, http.client.HTTPException):
+        text = request_ok(host, "GET", "/metrics", timeout=60).decode()
+    except (OSError, http.client.HTTPException, RuntimeError):  # RuntimeError: not 200
         return None
     counts = {}
     for ln in text.splitlines():
