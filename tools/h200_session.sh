@@ -109,12 +109,6 @@ all)
         step "patch 0007 against vLLM's topk_softmax op (ids, weights, CUDA-graph time)"
         kernel_bench router_topk_bench router OPTION_MOE_ONE_PASS_TOPK
     fi
-    if [ "${GEMMS:-1}" != 0 ]; then
-        step "the decode step's GEMMs outside the MoE: router gate and block-FP8 dense kernels vLLM ships"
-        # bounded: it must not eat the engine bench's lease (a JIT compile of a cuteDSL kernel takes its own time)
-        timeout 300 "$GPU_VENV/bin/python" -m bench.decode_gemm_bench --quick --out "$RES/decode" \
-            || echo "decode GEMM bench failed or ran past 300 s"
-    fi
     if [ -d "$RES/kernels" ]; then
         step "waiting for the config tune (its GPU timings must not share the GPU)"
         while [ ! -f "$RES/kernels/DONE" ] && pgrep -f "h200_session.sh tun[e]" > /dev/null; do sleep 5; done
@@ -126,6 +120,13 @@ all)
         ${peer_args[@]+"${peer_args[@]}"} \
         --models-dir /root/models --out "$RES/e2e" --ready-timeout 480 $([ "${PROFILE:-1}" = 0 ] || echo --profile) \
         ${E2E_ARGS:-}
+    if [ "${GEMMS:-1}" != 0 ]; then
+        step "the decode step's GEMMs outside the MoE: router gate and block-FP8 dense kernels vLLM ships"
+        # after the engine bench, and bounded: the lease's first minutes belong to the engine figures (a JIT compile
+        # of a cuteDSL kernel takes its own time)
+        timeout 300 "$GPU_VENV/bin/python" -m bench.decode_gemm_bench --quick --out "$RES/decode" \
+            || echo "decode GEMM bench failed or ran past 300 s"
+    fi
     step "done"
     touch "$RES/DONE"
     ;;
