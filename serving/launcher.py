@@ -34,6 +34,8 @@ LMI_MIDDLEWARE = "serving.lmi.middleware.LMIMiddleware"
 
 # On CPU, "GPU memory" means host RAM, so a fixed KV cache keeps the engine small.
 CPU_DEFAULTS = {"kv_cache_memory_bytes": "268435456"}
+# The CPU build runs no CUDA graphs: the table's capture limit is 0 there unless the user sets one.
+CPU_NO_GRAPHS = resolve.ContextDefault(cuda_graphs.SETTING, "0", "CPU build: no CUDA graphs")
 TINY_MODEL_DEFAULTS = {"max_model_len": "2048"}
 # `vllm serve` starts one API server process per data-parallel rank unless told otherwise; the container
 # runs one, in the process that becomes the engine, where the middleware (drain, sessions) lives.
@@ -145,7 +147,7 @@ def context_defaults(kind: str, user: resolve.Resolution, env: Mapping[str, str]
     """Defaults that depend on the build, the machine and the model: tensor parallelism over every
     visible GPU (as LMI and TGI do), LoRA serving of the model's adapters/ folder, the embedded tiny
     model's context length, on the CPU build a fixed KV cache unless the user sized the memory
-    themselves, and one API server process under data parallelism."""
+    themselves and no CUDA-graph capture limit, and one API server process under data parallelism."""
     out = []
     if adapters:
         why = f"LoRA adapters in the model's {custom_code.ADAPTERS_FOLDER}/"
@@ -164,6 +166,8 @@ def context_defaults(kind: str, user: resolve.Resolution, env: Mapping[str, str]
             out.append(resolve.ContextDefault("lora_target_modules", json.dumps(sorted(set().union(*targets))), why))
     if "tensor_parallel_size" not in user.entries:
         out.append(tp_default(env, cpu_build))
+    if cpu_build:
+        out.append(CPU_NO_GRAPHS)  # a context default: the user's own value beats it
     if needs_one_api_server(user):
         out.append(ONE_API_SERVER)
     if kind == "embedded":

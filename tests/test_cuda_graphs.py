@@ -47,11 +47,28 @@ def test_vllm_own_sizes_as_vllm_computes_them():
     assert cuda_graphs.vllm_default_sizes(100)[-2:] == [192, 200] and 100 in cuda_graphs.vllm_default_sizes(100)
 
 
-def test_off_by_default_and_on_the_cpu_build(va, tmp_path):
-    assert graph_config(plan(va, tmp_path, {})) is None
-    p = plan(va, tmp_path, {"OPTION_CUDA_GRAPH_MAX_TOKENS": "8192"})  # this machine is the CPU build
+def test_off_on_the_cpu_build_and_a_note_when_the_user_asks(va, tmp_path):
+    p = plan(va, tmp_path, {})  # this machine is the CPU build
+    assert graph_config(p) is None and p.settings.cuda_graph_max_tokens == 0
+    assert p.resolved["cuda_graph_max_tokens"].source == "default (CPU build: no CUDA graphs)"
+    assert not any("cuda_graph_max_tokens" in n for n in p.notes)
+    p = plan(va, tmp_path, {"OPTION_CUDA_GRAPH_MAX_TOKENS": "8192"})
     assert graph_config(p) is None
     assert any("cuda_graph_max_tokens=8192 ignored: the CPU build" in n for n in p.notes)
+
+
+def test_on_by_default_on_the_gpu_build(va, tmp_path, gpu_build):
+    p = plan(va, tmp_path, {})
+    assert p.resolved["cuda_graph_max_tokens"].source == "default"
+    assert graph_config(p) == {"cudagraph_capture_sizes": cuda_graphs.capture_sizes(8192)}
+    assert any("CUDA graphs for steps of up to 8192 tokens" in n for n in p.notes)
+    p = plan(va, tmp_path, {"OPTION_CUDA_GRAPH_MAX_TOKENS": "0"})
+    assert graph_config(p) is None and not any("cuda_graph_max_tokens" in n for n in p.notes)
+
+
+def test_nothing_added_where_vllms_own_sizes_reach(va, tmp_path, gpu_build):
+    p = plan(va, tmp_path, {"OPTION_MAX_NUM_BATCHED_TOKENS": "256", "OPTION_MAX_ROLLING_BATCH_SIZE": "128"})
+    assert graph_config(p) is None and not any("cuda_graph_max_tokens" in n for n in p.notes)
 
 
 def test_sizes_reach_vllm_through_its_parser_and_config(va, tmp_path, gpu_build):

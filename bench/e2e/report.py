@@ -6,7 +6,7 @@ import statistics
 
 from .crosscheck import CLIENT
 from .crosscheck import FIGURES as CROSS_FIGURES
-from .models import MEASURED_ARMS, PEER_ARMS
+from .models import PEER_ARMS
 from .traces import profile_steps
 from .workload import LATENCY_CONCURRENCY, THROUGHPUT_CONCURRENCY
 
@@ -133,7 +133,7 @@ def cross_check_table(results: dict) -> list[str]:
                     if req.get("failed") or "error" in req:
                         errors.append(f"{mname} {arm} repetition {i}, {conc} clients: "
                                       f"{req.get('error') or str(req['failed']) + ' requests failed'}")
-        pairs = [(arm, "stock") for arm in MEASURED_ARMS[1:] if cc.get(arm) and cc.get("stock")]
+        pairs = [(arm, "stock") for arm in image_arms(cc) if cc.get(arm) and cc.get("stock")]
         pairs += [("image", peer) for peer in PEER_ARMS if cc.get(peer) and cc.get("image")]
         for arm, base in pairs:
             for kind, metric in CROSS_CHECK_FIGURES:
@@ -153,13 +153,18 @@ def cross_check_table(results: dict) -> list[str]:
              "|---|---|---|---|---|---|---|"] + rows + [f"- {e}" for e in errors])
 
 
+def image_arms(recorded: dict) -> list[str]:
+    """The arms set against stock, as recorded (an arm a later tree renamed or dropped stays readable)."""
+    return [a for a in recorded if a != "stock" and a not in PEER_ARMS]
+
+
 def summarize(results: dict) -> str:
     """e2e.md from e2e.json's results."""
     out = ["| model | arm | metric | clients | stock | arm | arm/stock median | paired ratio range |",
            "|---|---|---|---|---|---|---|---|"]
     for mname, m in results["models"].items():
         reps = m.get("reps", {})
-        for arm in [a for a in MEASURED_ARMS[1:] if reps.get(a)]:
+        for arm in [a for a in image_arms(reps) if reps.get(a)]:
             if not reps.get("stock"):
                 break
             out += ratio_rows(results, mname, arm, "stock", arm)
