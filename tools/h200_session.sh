@@ -12,7 +12,8 @@
 #                                               # with the gated files added to configs/
 #   setsid tools/h200_session.sh all &          # the rest, in the background (outlives the call);
 #                                               # env: SMOKE=0 skips the smoke tests, GEMMS=0 the decode
-#                                               # GEMM bench (bench/decode_gemm_bench.py), PROFILE=0 the
+#                                               # GEMM bench (bench/decode_gemm_bench.py; after the engine
+#                                               # bench, GEMMS=first before it), PROFILE=0 the
 #                                               # profiler windows (at 94 layers a one-client window is
 #                                               # about a million GPU events to write and parse), E2E_ARGS,
 #                                               # PEERS="sglang vllm-latest": the peers' runtimes too (peers)
@@ -109,6 +110,13 @@ all)
         step "patch 0007 against vLLM's topk_softmax op (ids, weights, CUDA-graph time)"
         kernel_bench router_topk_bench router OPTION_MOE_ONE_PASS_TOPK
     fi
+    decode_gemms() {  # bounded: it must not eat the engine bench's lease (a cuteDSL JIT compile takes its own time)
+        [ "${GEMMS:-1}" = 0 ] && return
+        step "the decode step's GEMMs outside the MoE: router gate and block-FP8 dense kernels vLLM ships"
+        timeout 300 "$GPU_VENV/bin/python" -m bench.decode_gemm_bench --quick --out "$RES/decode" \
+            || echo "decode GEMM bench failed or ran past 300 s"
+    }
+    [ "${GEMMS:-1}" = first ] && decode_gemms
     if [ -d "$RES/kernels" ]; then
         step "waiting for the config tune (its GPU timings must not share the GPU)"
         while [ ! -f "$RES/kernels/DONE" ] && pgrep -f "h200_session.sh tun[e]" > /dev/null; do sleep 5; done
@@ -120,13 +128,7 @@ all)
         ${peer_args[@]+"${peer_args[@]}"} \
         --models-dir /root/models --out "$RES/e2e" --ready-timeout 480 $([ "${PROFILE:-1}" = 0 ] || echo --profile) \
         ${E2E_ARGS:-}
-    if [ "${GEMMS:-1}" != 0 ]; then
-        step "the decode step's GEMMs outside the MoE: router gate and block-FP8 dense kernels vLLM ships"
-        # after the engine bench, and bounded: the lease's first minutes belong to the engine figures (a JIT compile
-        # of a cuteDSL kernel takes its own time)
-        timeout 300 "$GPU_VENV/bin/python" -m bench.decode_gemm_bench --quick --out "$RES/decode" \
-            || echo "decode GEMM bench failed or ran past 300 s"
-    fi
+    [ "${GEMMS:-1}" = first ] || decode_gemms
     step "done"
     touch "$RES/DONE"
     ;;
