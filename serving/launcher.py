@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Mapping
 
 from . import resolve
-from . import custom_code, cuda_graphs
+from . import block_fp8, custom_code, cuda_graphs
 from .exit_codes import ExitCode
 from .paths import ROOT
 from .settings import Context, Settings, SettingValueError, parse_bool
@@ -204,37 +204,6 @@ def tp_default(env: Mapping[str, str], cpu_build: bool) -> resolve.ContextDefaul
     return resolve.ContextDefault("tensor_parallel_size", str(n), f"every visible GPU: {n}, counted by {how}")
 
 
-def nvcc_path(env: Mapping[str, str]) -> Path | None:
-    """nvcc where FlashInfer's and DeepGEMM's JIT look for it: PATH, then CUDA_HOME (or /usr/local/cuda)."""
-    import shutil
-    found = shutil.which("nvcc", path=env.get("PATH", ""))
-    if found:
-        return Path(found)
-    home = Path(env.get("CUDA_HOME") or env.get("CUDA_PATH") or "/usr/local/cuda") / "bin" / "nvcc"
-    return home if home.is_file() else None
-
-
-def block_fp8_jit_note(model_path: str, entries: Mapping, env: Mapping[str, str]) -> str | None:
-    """A warning for a block-FP8 checkpoint on a GPU host without nvcc, unless the linear backend is chosen.
-
-    For block FP8 (weight_block_size, as in Qwen's and DeepSeek's official FP8 checkpoints) vLLM 0.32
-    picks FlashInfer's DeepGEMM block-scaled linear kernel on Hopper, which is compiled at the first
-    start (seen on an H200: FlashInfer's fp8_blockscale_gemm_90 build, then DeepGEMM's JIT warm-up);
-    the image's CUDA runtime base has no nvcc. vLLM's CUTLASS block-scaled kernel is prebuilt."""
-    if "linear_backend" in entries or nvcc_path(env):
-        return None
-    try:
-        qc = json.loads((Path(model_path) / "config.json").read_text()).get("quantization_config") or {}
-    except (OSError, ValueError):
-        return None
-    if not (isinstance(qc, dict) and qc.get("weight_block_size")):
-        return None
-    return (f"block-FP8 checkpoint (weight_block_size {qc['weight_block_size']}) and no nvcc on this host: vLLM picks "
-            "FlashInfer's DeepGEMM block-scaled linear kernel, which it compiles with nvcc at the first start. "
-            "Set OPTION_LINEAR_BACKEND=cutlass for vLLM's prebuilt CUTLASS kernel, or build the image on the CUDA "
-            "devel base (BASE_IMAGE)")
-
-
 def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
     env = dict(os.environ if env is None else env)
     if vllm_args is None:
@@ -252,11 +221,6 @@ def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
         notes.append(f"LoRA adapters: {', '.join(adapters)} (chosen per request by the X-Amzn-SageMaker-Adapter-Identifier "
                      "header, LMI's adapters field or the OpenAI model field)")
 
-    if not is_cpu_build():
-        note = block_fp8_jit_note(model_path, res.entries, env)
-        if note:
-            notes.append(note)
-
     tp = res.entries.get("tensor_parallel_size")
     if tp is not None and tp.raw.strip().lower() == "max":
         notes.append(f"tensor_parallel_size=max resolved to {tp.value} visible GPU(s)")
@@ -266,17 +230,23 @@ def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
                                                   eager is not None and _truthy(eager.raw))
     if note:
         notes.append(note)
+    kernels, note = block_fp8.kernel_config(res.entries, env, is_cpu_build())
+    if note:
+        notes.append(note)
+    # vLLM's JSON configs the launcher adds to (the user's own merged in)
+    made = {key: value for key, value in (("compilation_config", graphs), ("kernel_config", kernels)) if value}
 
     argv = [sys.executable, *ENGINE_COMMAND, model_path]
     for key, r in sorted(res.entries.items()):
         if key == "model_id" or not r.flag or r.secret and r.setting is not None:
             continue
         try:
-            argv += vllm_args.argv(r.flag, graphs if graphs and key == "compilation_config" else str(r.value))
+            argv += vllm_args.argv(r.flag, made.get(key, str(r.value)))
         except SettingValueError as e:
             raise resolve.ConfigError(key, r.source, str(e)) from None
-    if graphs and "compilation_config" not in res.entries:
-        argv += vllm_args.argv(vllm_args.flag_for("compilation_config"), graphs)
+    for key, value in made.items():
+        if key not in res.entries:
+            argv += vllm_args.argv(vllm_args.flag_for(key), value)
     argv += ["--middleware", LMI_MIDDLEWARE]
 
     engine_env = dict(env)
