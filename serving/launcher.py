@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Mapping
 
 from . import resolve
-from . import block_fp8, custom_code, cuda_graphs
+from . import custom_code, cuda_graphs, deep_gemm
 from .exit_codes import ExitCode
 from .paths import ROOT
 from .settings import Context, Settings, SettingValueError, parse_bool
@@ -230,11 +230,11 @@ def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
                                                   eager is not None and _truthy(eager.raw))
     if note:
         notes.append(note)
-    kernels, note = block_fp8.kernel_config(res.entries, env, is_cpu_build())
+    no_deep_gemm, note = deep_gemm.engine_env(env, is_cpu_build())
     if note:
         notes.append(note)
     # vLLM's JSON configs the launcher adds to (the user's own merged in)
-    made = {key: value for key, value in (("compilation_config", graphs), ("kernel_config", kernels)) if value}
+    made = {"compilation_config": graphs} if graphs else {}
 
     argv = [sys.executable, *ENGINE_COMMAND, model_path]
     for key, r in sorted(res.entries.items()):
@@ -249,7 +249,7 @@ def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
             argv += vllm_args.argv(vllm_args.flag_for(key), value)
     argv += ["--middleware", LMI_MIDDLEWARE]
 
-    engine_env = dict(env)
+    engine_env = dict(env) | no_deep_gemm
     for r in res.entries.values():
         if r.setting is not None and r.setting.engine_env:
             v = r.value
