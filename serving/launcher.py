@@ -204,8 +204,27 @@ def tp_default(env: Mapping[str, str], cpu_build: bool) -> resolve.ContextDefaul
     return resolve.ContextDefault("tensor_parallel_size", str(n), f"every visible GPU: {n}, counted by {how}")
 
 
+# vLLM's Rust HTTP frontend replaces its Python API server, and with it the container's middleware (LMI bodies on
+# /invocations, drain, sessions): the launcher refuses it rather than serve without them.
+RUST_FRONTEND_ENV = "VLLM_USE_RUST_FRONTEND"
+
+
+def refuse_rust_frontend(env: Mapping[str, str]) -> None:
+    raw = env.get(RUST_FRONTEND_ENV, "").strip()
+    try:
+        on = bool(int(raw or "0"))  # as vLLM reads it
+    except ValueError:
+        raise resolve.ConfigError(RUST_FRONTEND_ENV, f"env {RUST_FRONTEND_ENV}",
+                                  f"{raw!r} is not an integer (vLLM reads 0 or 1)") from None
+    if on:
+        raise resolve.ConfigError(RUST_FRONTEND_ENV, f"env {RUST_FRONTEND_ENV}",
+                                  "vLLM's Rust frontend serves HTTP without this container's middleware (LMI bodies "
+                                  "on /invocations, drain, sessions); unset it or set it to 0")
+
+
 def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
     env = dict(os.environ if env is None else env)
+    refuse_rust_frontend(env)
     if vllm_args is None:
         from .vllm_args import VllmArgs
         vllm_args = VllmArgs()

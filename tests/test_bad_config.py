@@ -38,6 +38,8 @@ CASES = [
     ("request-bytes-unit", {"OPTION_MAX_REQUEST_BYTES": "6MB"}, None, "max_request_bytes"),
     ("vllm-choice", {"OPTION_DTYPE": "float99"}, None, "dtype"),
     ("vllm-float", {"OPTION_GPU_MEMORY_UTILIZATION": "most"}, None, "gpu_memory_utilization"),
+    ("rust-frontend-on", {"VLLM_USE_RUST_FRONTEND": "1"}, None, "VLLM_USE_RUST_FRONTEND"),
+    ("rust-frontend-word", {"VLLM_USE_RUST_FRONTEND": "yes"}, None, "VLLM_USE_RUST_FRONTEND"),
     ("vllm-switch", {"OPTION_ENFORCE_EAGER": "perhaps"}, None, "enforce_eager"),
     ("vllm-json", {"OPTION_SPECULATIVE_CONFIG": "{not json"}, None, "speculative_config"),
     ("lmi-rolling-batch", {}, "option.rolling_batch=lmi-dist\n", "rolling_batch"),
