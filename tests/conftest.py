@@ -239,6 +239,20 @@ def adapter_server(request) -> Server:
     stop(srv.proc)
 
 
+@pytest.fixture(scope="session")
+def va():
+    """vLLM's own argument parser as the launcher reads it (serving/vllm_args.py), built once: plan() takes it."""
+    from serving.vllm_args import VllmArgs
+    return VllmArgs()
+
+
+@pytest.fixture
+def gpu_build(monkeypatch):
+    """The launcher deciding as on the GPU build (this machine runs the CPU build)."""
+    from serving import launcher
+    monkeypatch.setattr(launcher, "is_cpu_build", lambda: False)
+
+
 @pytest.fixture
 def launcher_main(monkeypatch, capsys, caplog):
     """`python -m serving --dry-run` (or --prepare-only) run as the launcher's main() in this process, where the

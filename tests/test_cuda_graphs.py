@@ -9,17 +9,6 @@ import pytest
 from serving import cuda_graphs, launcher, resolve
 
 
-@pytest.fixture(scope="module")
-def va():
-    from serving.vllm_args import VllmArgs
-    return VllmArgs()
-
-
-@pytest.fixture
-def gpu_build(monkeypatch):
-    monkeypatch.setattr(launcher, "is_cpu_build", lambda: False)
-
-
 def plan(va, tmp_path, env):
     return launcher.plan({"SERVING_MODEL_DIR": str(tmp_path), **env}, va)
 

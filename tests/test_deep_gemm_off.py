@@ -10,17 +10,6 @@ import pytest
 from serving import deep_gemm, launcher
 
 
-@pytest.fixture(scope="module")
-def va():
-    from serving.vllm_args import VllmArgs
-    return VllmArgs()
-
-
-@pytest.fixture
-def gpu_build(monkeypatch):
-    monkeypatch.setattr(launcher, "is_cpu_build", lambda: False)
-
-
 @pytest.fixture
 def no_nvcc(tmp_path):
     return {"PATH": str(tmp_path / "bin"), "CUDA_HOME": str(tmp_path / "cuda")}

@@ -23,12 +23,6 @@ from tools.launcher_process import free_port
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(scope="module")
-def va():
-    from serving.vllm_args import VllmArgs
-    return VllmArgs()
-
-
 @pytest.fixture
 def model_dir(tmp_path):
     d = tmp_path / "model"
