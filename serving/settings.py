@@ -232,6 +232,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("moe_one_pass_topk", "false: vLLM's topk_softmax op for the MoE router's softmax top-k instead of the "
             "one-pass kernel for batches of up to 4,096 tokens (patch 0007).", parse=parse_bool,
             env=("LMI_MOE_ONE_PASS_TOPK",), engine_env="LMI_MOE_ONE_PASS_TOPK"),
+    Setting("moe_router_fp32_logits", "true: float32 logits from the MoE router's bf16 gate where the model leaves "
+            "its dtype unset (Qwen3-MoE, DeepSeek-V3), which runs vLLM's one-kernel ll_bf16_gemm for up to 16 tokens "
+            "on Hopper (patch 0009). Off by default until measured in the engine.", parse=parse_bool,
+            env=("LMI_MOE_ROUTER_FP32_LOGITS",), engine_env="LMI_MOE_ROUTER_FP32_LOGITS"),
     Setting("flashinfer_sampler", "FlashInfer's top-k/top-p sampler. Off by default: it is compiled with nvcc at the "
             "first start on every fresh host (minutes against the health-check timeout, and a failure where there is no "
             "nvcc); off, vLLM's own PyTorch sampler runs.", parse=parse_bool, default=False,
@@ -434,6 +438,7 @@ class Settings:
     fp8_moe_stock_order: bool | None = None
     fp8_moe_one_launch_quant: bool | None = None
     moe_one_pass_topk: bool | None = None
+    moe_router_fp32_logits: bool | None = None
     flashinfer_sampler: bool = False
     port: int = 8080
     host: str = "0.0.0.0"

@@ -1,0 +1,51 @@
+"""Patch 0009's float32 router logits, as the installed (patched) vLLM builds its GateLinear on a Hopper GPU
+(tests/moe_router_fp32_check.py, in its own process): the switch turns an unset out_dtype into float32 and with it
+vLLM's float32 tiers, leaves a model's own out_dtype and an unset switch as stock, lets an expert method's later
+set_out_dtype() apply, and names a bad value. The tiers' kernels run on a GPU only (bench/decode_gemm_bench.py)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FP32 = "torch.float32"
+
+
+@pytest.fixture(scope="module")
+def report():
+    r = subprocess.run([sys.executable, str(ROOT / "tests" / "moe_router_fp32_check.py")],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_on_an_unset_out_dtype_becomes_float32_with_vllms_float32_tiers(report):
+    built = report["on"]["built"]
+    assert built["out_dtype"] == FP32 and built["cublas_tier"] is True
+    assert built["ll_bf16_tier"] is report["ll_bf16_available"]  # cuteDSL: in the GPU image, not on this CPU
+
+
+def test_an_expert_methods_later_choice_still_applies(report):
+    assert report["on"]["after_set_fp32"]["out_dtype"] == FP32
+    assert report["on"]["set_twice"] == "out_dtype has already been set"  # stock's rule from then on
+    later = report["on_with_bf16_set_later"]
+    assert later == {"out_dtype": "torch.bfloat16", "cublas_tier": False, "ll_bf16_tier": False}
+
+
+@pytest.mark.parametrize("case", ["off", "unset"])
+def test_off_or_unset_is_stock(report, case):
+    assert report[case]["built"] == {"out_dtype": "None", "cublas_tier": False, "ll_bf16_tier": False}
+    assert report[case]["after_set_fp32"]["out_dtype"] == FP32
+
+
+def test_a_models_own_out_dtype_is_kept(report):
+    assert report["model_fp32"]["built"]["out_dtype"] == FP32
+    assert report["model_fp32"]["set_twice"] == "out_dtype has already been set"
+
+
+def test_a_bad_value_is_named(report):
+    assert "LMI_MOE_ROUTER_FP32_LOGITS='sometimes' is not understood" in report["bad"]["error"]
