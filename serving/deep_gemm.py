@@ -10,8 +10,8 @@ start; the image's runtime base has no nvcc on its paths.
 
 So where neither nvcc nor DeepGEMM's own `DG_JIT_NVCC_COMPILER` is found and the user left `VLLM_USE_DEEP_GEMM`
 unset, the launcher sets it to 0: block-FP8 linear layers run vLLM's prebuilt CUTLASS block-scaled kernel, and
-block-FP8 MoE layers under expert parallelism run Triton with the image's tuned configs. That is the configuration
-the block-FP8 engine figures ran (runs 11-16).
+block-FP8 MoE layers under expert parallelism run Triton with the image's tuned configs: the kernels of the
+block-FP8 engine figures (runs 11-16, one rank at TP=1; expert parallelism itself is not measured).
 """
 from __future__ import annotations
 

@@ -252,20 +252,17 @@ def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
     no_deep_gemm, note = deep_gemm.engine_env(env, is_cpu_build())
     if note:
         notes.append(note)
-    # vLLM's JSON configs the launcher adds to (the user's own merged in)
-    made = {"compilation_config": graphs} if graphs else {}
 
     argv = [sys.executable, *ENGINE_COMMAND, model_path]
     for key, r in sorted(res.entries.items()):
         if key == "model_id" or not r.flag or r.secret and r.setting is not None:
             continue
         try:
-            argv += vllm_args.argv(r.flag, made.get(key, str(r.value)))
+            argv += vllm_args.argv(r.flag, graphs if graphs and key == "compilation_config" else str(r.value))
         except SettingValueError as e:
             raise resolve.ConfigError(key, r.source, str(e)) from None
-    for key, value in made.items():
-        if key not in res.entries:
-            argv += vllm_args.argv(vllm_args.flag_for(key), value)
+    if graphs and "compilation_config" not in res.entries:
+        argv += vllm_args.argv(vllm_args.flag_for("compilation_config"), graphs)
     argv += ["--middleware", LMI_MIDDLEWARE]
 
     engine_env = dict(env) | no_deep_gemm
