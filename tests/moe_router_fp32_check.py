@@ -40,10 +40,14 @@ def case(value: str | None, **kwargs) -> dict:
     try:
         g.set_out_dtype(torch.float32)  # what an expert method needing float32 logits calls after build
         out["after_set_fp32"] = state(g)
-        g.set_out_dtype(torch.float32)
-        out["set_twice"] = "allowed"
     except ValueError as e:
-        out["set_twice"] = str(e)
+        out["after_set_fp32"] = str(e)
+        return out
+    try:
+        g.set_out_dtype(torch.float32)
+        out["set_again"] = "allowed"
+    except ValueError as e:
+        out["set_again"] = str(e)
     return out
 
 

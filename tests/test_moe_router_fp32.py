@@ -31,7 +31,7 @@ def test_on_an_unset_out_dtype_becomes_float32_with_vllms_float32_tiers(report):
 
 def test_an_expert_methods_later_choice_still_applies(report):
     assert report["on"]["after_set_fp32"]["out_dtype"] == FP32
-    assert report["on"]["set_twice"] == "out_dtype has already been set"  # stock's rule from then on
+    assert report["on"]["set_again"] == "out_dtype has already been set"  # stock's rule from then on
     later = report["on_with_bf16_set_later"]
     assert later == {"out_dtype": "torch.bfloat16", "cublas_tier": False, "ll_bf16_tier": False}
 
@@ -44,7 +44,7 @@ def test_off_or_unset_is_stock(report, case):
 
 def test_a_models_own_out_dtype_is_kept(report):
     assert report["model_fp32"]["built"]["out_dtype"] == FP32
-    assert report["model_fp32"]["set_twice"] == "out_dtype has already been set"
+    assert report["model_fp32"]["after_set_fp32"] == "out_dtype has already been set"  # as stock
 
 
 def test_a_bad_value_is_named(report):
