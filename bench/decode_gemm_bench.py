@@ -15,7 +15,7 @@ This bench times, per shape and token count, the kernels vLLM already ships for 
   group of 128): the CUTLASS blockwise kernel (`--linear-backend cutlass`), vLLM's Triton kernel as vLLM runs it
   (`--linear-backend triton`: its config file for the shape if it has one, else its default config), and that
   kernel with the best config of a grid (what a tuned config file would give; picked on one timing per config,
-  then timed with the others).
+  then timed with the others), and its split-K variant (bench/block_fp8_split_k.py) with the best of its grid.
 
 Each arm's first call in each case is timed on the wall clock (`first_call_ms`: a JIT compile, such as cuteDSL's
 or Triton's for a new config, shows there). Each kernel then runs 100 times in one CUDA graph, the graphs replayed
@@ -49,6 +49,10 @@ LL_BF16_MAX_TOKENS = 16  # GateLinear.LL_BF16_MAX_TOKENS in vLLM 0.32
 TRITON_GRID = [dict(BLOCK_SIZE_M=m, BLOCK_SIZE_N=n, BLOCK_SIZE_K=BLOCK, GROUP_SIZE_M=1, num_warps=w, num_stages=s)
                for m, n, w, s in itertools.product((16, 32, 64), (32, 64, 128), (4, 8), (3, 4, 5))]
 QUICK_GRID = [c for c in TRITON_GRID if c["BLOCK_SIZE_M"] == 16 and c["num_stages"] == 4]
+# The split-K variant (bench/block_fp8_split_k.py): the tiles kernel probe 16b found best at 1 and 8 tokens.
+SPLIT_GRID = [dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=n, BLOCK_SIZE_K=BLOCK, SPLIT_K=s, num_warps=4, num_stages=st)
+              for n, s, st in itertools.product((16, 32, 64, 128), (1, 2, 4, 8), (3, 4))]
+QUICK_SPLIT_GRID = [c for c in SPLIT_GRID if c["num_stages"] == 3 and c["BLOCK_SIZE_N"] in (32, 64, 128)]
 
 
 def shard_shapes() -> tuple[dict[str, tuple[int, int]], dict[str, tuple[int, int]]]:
@@ -145,9 +149,22 @@ def triton_config(fp8_utils, config: dict | None):
         fp8_utils.get_w8a8_block_fp8_configs = saved
 
 
-def dense_cases(tokens, grid, out: dict, rows: list[str]) -> None:
+def best_of(grid: list[dict], make) -> dict | None:
+    """The config of `grid` whose call, make(config), is fastest in a CUDA graph (one timing each); None if none runs."""
+    sweep = {}
+    for i, config in enumerate(grid):
+        try:
+            sweep[i] = time_us(graph_of(make(config)))
+        except Exception:  # a config the kernel cannot run (shared memory): not a candidate
+            continue
+    return grid[min(sweep, key=sweep.get)] if sweep else None
+
+
+def dense_cases(tokens, grid, split_grid, out: dict, rows: list[str]) -> None:
     from vllm.model_executor.kernels.linear.scaled_mm.cutlass import cutlass_scaled_mm
     from vllm.model_executor.layers.quantization.utils import fp8_utils
+
+    from bench.block_fp8_split_k import block_fp8_mm
 
     dense, _ = shard_shapes()
     for name, (n, k) in dense.items():
@@ -171,26 +188,32 @@ def dense_cases(tokens, grid, out: dict, rows: list[str]) -> None:
                                                                      torch.bfloat16)
                 return run
 
-            sweep = {}
-            for i, config in enumerate(grid):
-                try:
-                    sweep[i] = time_us(graph_of(triton_with(config)))
-                except Exception:  # a config the kernel cannot run (shared memory): not a candidate
-                    continue
-            best = grid[min(sweep, key=sweep.get)]
-            arms = {"cutlass": cutlass, "triton": triton_with(None), "triton tuned": triton_with(best)}
+            def split_k_with(config):
+                return lambda: block_fp8_mm(xq_t, w, xs_t, ws, (BLOCK, BLOCK), config)
+
+            best = best_of(grid, triton_with)
+            best_split = best_of(split_grid, split_k_with)
+            arms = {"cutlass": cutlass, "triton": triton_with(None)}
+            if best is not None:
+                arms["triton tuned"] = triton_with(best)
+            if best_split is not None:
+                arms["triton split-K"] = split_k_with(best_split)
             failed, first_ms = {}, {}
             errors = working(arms, ref, failed, first_ms)
             us, ratio = timed(arms, "cutlass")
             out[f"dense {name} M={m}"] = {"n": n, "k": k, "m": m, "errors": errors, "failed": failed, "us": us,
                                           "ratio": ratio, "first_call_ms": first_ms, "best_config": best,
-                                          "configs_timed": len(sweep)}
+                                          "best_split_k_config": best_split}
             if not us:
-                rows.append(f"| {name} | {n} x {k} | {m} | failed: {failed} | | | | |")
+                rows.append(f"| {name} | {n} x {k} | {m} | failed: {failed} | | | | | | |")
                 continue
+            tiles = (f"{best['BLOCK_SIZE_M']}x{best['BLOCK_SIZE_N']} w{best['num_warps']} s{best['num_stages']}"
+                     if best else "-")
+            split = f"N{best_split['BLOCK_SIZE_N']} K/{best_split['SPLIT_K']} s{best_split['num_stages']}" \
+                if best_split else "-"
             rows.append(f"| {name} | {n} x {k} | {m} | {us['cutlass']:.2f} | {cell(us, ratio, 'triton')} | "
-                        f"{cell(us, ratio, 'triton tuned')} | {best['BLOCK_SIZE_M']}x{best['BLOCK_SIZE_N']} "
-                        f"w{best['num_warps']} s{best['num_stages']} | {max(errors.values()):.1e} |")
+                        f"{cell(us, ratio, 'triton tuned')} | {tiles} | {cell(us, ratio, 'triton split-K')} | "
+                        f"{split} | {max(errors.values()):.1e} |")
 
 
 def main() -> int:
@@ -208,9 +231,10 @@ def main() -> int:
     router_rows = ["| router | hidden x experts | tokens | F.linear bf16 us | mm fp32 us (/F.linear) | "
                    "ll_bf16_gemm us (/F.linear) | max rel. error |", "|---|---|---|---|---|---|---|"]
     dense_rows = ["| layer | N x K | tokens | CUTLASS us | Triton as vLLM runs it us (/CUTLASS) | Triton tuned us "
-                  "(/CUTLASS) | tuned config | max rel. error |", "|---|---|---|---|---|---|---|---|"]
+                  "(/CUTLASS) | tuned config | Triton split-K us (/CUTLASS) | split-K config | max rel. error |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
     router_cases(router_tokens, results["cases"], router_rows)
-    dense_cases(dense_tokens, grid, results["cases"], dense_rows)
+    dense_cases(dense_tokens, grid, QUICK_SPLIT_GRID if a.quick else SPLIT_GRID, results["cases"], dense_rows)
     worst = max((e for c in results["cases"].values() for e in c["errors"].values()), default=float("inf"))
     results["max_relative_error"] = worst
     text = "\n".join(router_rows) + "\n\n" + "\n".join(dense_rows) + f"\n\nlargest relative error: {worst:.1e}\n"
