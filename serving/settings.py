@@ -205,9 +205,8 @@ SETTINGS: tuple[Setting, ...] = (
             "above vLLM's own sizes (2 x max_num_seqs, at most 512) steps are captured at sizes a quarter of a power "
             "of two apart (under 25% padding) up to this many tokens, or max_num_batched_tokens if smaller (on a 94-layer "
             "Qwen3-235B EP8 shard: 1.2 GiB more graph memory, taken from the KV cache, and 20 s more start). 0: "
-            "vLLM's sizes only. Not "
-            "applied where compilation_config sets capture sizes, with enforce_eager, or on the CPU build (default 0 "
-            "there).", parse=parse_non_negative_int, default=8192, example="0"),
+            "vLLM's sizes only. Not applied where compilation_config sets capture sizes, with enforce_eager, or on the "
+            "CPU build (default 0 there).", parse=parse_non_negative_int, default=8192, example="0"),
     Setting("quantization", "Quantization method, e.g. fp8 (LMI: quantize).",
             flag="--quantization", aliases=("quantize",), env=("QUANTIZE", "HF_MODEL_QUANTIZE")),
     Setting("trust_remote_code", "Run the model repository's own Python code.",

@@ -3,25 +3,14 @@ Triton's interpreter on the CPU (tests/block_fp8_split_k_check.py, in its own pr
 every split of the K blocks, uneven and empty shares, rows and columns off the tiles, a bf16 result."""
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from check_script import run_check
 
 
 @pytest.fixture(scope="module")
 def cases():
-    env = dict(os.environ, TRITON_INTERPRET="1",
-               PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
-    r = subprocess.run([sys.executable, str(ROOT / "tests" / "block_fp8_split_k_check.py")],
-                       cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    return run_check("block_fp8_split_k_check.py", triton_interpret=True)
 
 
 def test_every_split_matches_the_block_scaled_product(cases):

@@ -346,10 +346,10 @@ def test_the_vllm_quant_arm_differs_from_the_image_by_patch_0006s_switch_alone(t
     assert plans["image"].argv == plans["image-vllm-quant"].argv
 
 
-def test_each_image_arm_switches_one_setting_of_the_table_and_no_arm_inherits_a_switch(tmp_path, monkeypatch):
+def test_each_image_arm_switches_one_setting_of_the_table_and_no_arm_inherits_a_switch(tmp_path, monkeypatch,
+                                                                                     gpu_build):
     """The image arms' switches are settings of serving/settings.py's table: each arm's reaches the image's launcher,
     and a switch left in the bench's own environment, under any of its names, reaches no arm."""
-    from serving import launcher
     from serving.settings import TABLE
 
     switched = {key: value for arm in models.IMAGE_ARM_SETTINGS.values() for key, value in arm.items()}
@@ -365,9 +365,7 @@ def test_each_image_arm_switches_one_setting_of_the_table_and_no_arm_inherits_a_
         inherited = names & set(env) - {n for key in own for n in TABLE[key].env_names}
         assert not inherited, arm
         if arm in models.IMAGE_ARM_SETTINGS:
-            with monkeypatch.context() as gpu:  # the GPU build's defaults, which the arms run with
-                gpu.setattr(launcher, "is_cpu_build", lambda: False)
-                plan = _image_launch_plan(env)
+            plan = _image_launch_plan(env)  # the GPU build's defaults (gpu_build), which the arms run with
             assert {key: getattr(plan.settings, key) for key in switched} == {
                 key: own.get(key, TABLE[key].default) for key in switched}, arm
 

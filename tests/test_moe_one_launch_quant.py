@@ -5,12 +5,11 @@ switch. bench/fp8_quant_bench.py compares the fp8 bits with vLLM's op on the H20
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from check_script import run_check
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -18,12 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def cases():
     pytest.importorskip("triton")
-    env = dict(os.environ, TRITON_INTERPRET="1",
-               PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
-    r = subprocess.run([sys.executable, str(ROOT / "tests" / "moe_one_launch_quant_check.py")],
-                       cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return json.loads(r.stdout.strip().splitlines()[-1])["cases"]
+    return run_check("moe_one_launch_quant_check.py", triton_interpret=True)["cases"]
 
 
 def test_scale_and_values_match_vllms_op(cases):

@@ -5,26 +5,15 @@ logits, padding rows, int64 ids and the switch. bench/router_topk_bench.py compa
 the H200."""
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from check_script import run_check
 
 
 @pytest.fixture(scope="module")
 def cases():
     pytest.importorskip("triton")
-    env = dict(os.environ, TRITON_INTERPRET="1",
-               PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
-    r = subprocess.run([sys.executable, str(ROOT / "tests" / "moe_one_pass_topk_check.py")],
-                       cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return json.loads(r.stdout.strip().splitlines()[-1])["cases"]
+    return run_check("moe_one_pass_topk_check.py", triton_interpret=True)["cases"]
 
 
 def compared(cases):

@@ -4,23 +4,16 @@ vLLM's float32 tiers, leaves a model's own out_dtype and an unset switch as stoc
 set_out_dtype() apply, and names a bad value. The tiers' kernels run on a GPU only (bench/decode_gemm_bench.py)."""
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from check_script import run_check
+
 FP32 = "torch.float32"
 
 
 @pytest.fixture(scope="module")
 def report():
-    r = subprocess.run([sys.executable, str(ROOT / "tests" / "moe_router_fp32_check.py")],
-                       cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    return run_check("moe_router_fp32_check.py", timeout=300)
 
 
 def test_on_an_unset_out_dtype_becomes_float32_with_vllms_float32_tiers(report):
