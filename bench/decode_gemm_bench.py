@@ -15,7 +15,10 @@ This bench times, per shape and token count, the kernels vLLM already ships for 
   group of 128): the CUTLASS blockwise kernel (`--linear-backend cutlass`), vLLM's Triton kernel as vLLM runs it
   (`--linear-backend triton`: its config file for the shape if it has one, else its default config), and that
   kernel with the best config of a grid (what a tuned config file would give; picked on one timing per config,
-  then timed with the others), and its split-K variant (bench/block_fp8_split_k.py) with the best of its grid.
+  then timed with the others), patch 0010's split-K variant of it (`lmi_block_fp8_small_m_mm`) with the best of
+  its grid, and the image's own call (`vllm::lmi_cutlass_block_fp8_mm`: the split-K tier where a small-M file in
+  configs/ covers the shape and token count, else CUTLASS). `python -m bench.small_m_configs --from
+  OUT/decode_gemm.json` turns the cases where the split-K variant beat CUTLASS into small-M files.
 
 Each arm's first call in each case is timed on the wall clock (`first_call_ms`: a JIT compile, such as cuteDSL's
 or Triton's for a new config, shows there). Each kernel then runs 100 times in one CUDA graph, the graphs replayed
@@ -28,6 +31,7 @@ import argparse
 import contextlib
 import itertools
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -49,19 +53,19 @@ LL_BF16_MAX_TOKENS = 16  # GateLinear.LL_BF16_MAX_TOKENS in vLLM 0.32
 TRITON_GRID = [dict(BLOCK_SIZE_M=m, BLOCK_SIZE_N=n, BLOCK_SIZE_K=BLOCK, GROUP_SIZE_M=1, num_warps=w, num_stages=s)
                for m, n, w, s in itertools.product((16, 32, 64), (32, 64, 128), (4, 8), (3, 4, 5))]
 QUICK_GRID = [c for c in TRITON_GRID if c["BLOCK_SIZE_M"] == 16 and c["num_stages"] == 4]
-# The split-K variant (bench/block_fp8_split_k.py): the tiles kernel probe 16b found best at 1 and 8 tokens.
+# Patch 0010's split-K kernel: the tiles kernel probe 16b found best at 1 and 8 tokens.
 SPLIT_GRID = [dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=n, BLOCK_SIZE_K=BLOCK, SPLIT_K=s, num_warps=4, num_stages=st)
               for n, s, st in itertools.product((16, 32, 64, 128), (1, 2, 4, 8), (3, 4))]
 QUICK_SPLIT_GRID = [c for c in SPLIT_GRID if c["num_stages"] == 3 and c["BLOCK_SIZE_N"] in (32, 64, 128)]
 
 
-def shard_shapes() -> tuple[dict[str, tuple[int, int]], dict[str, tuple[int, int]]]:
+def shard_shapes(presets=SHARD_PRESETS) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[int, int]]]:
     """Each shard's dense GEMMs, (N, K), one entry per distinct shape: qkv (q, k and v heads -> hidden) and o_proj
     (hidden <- q heads), and its local router (hidden, local experts)."""
     from serving.tiny_model import preset_spec
 
     dense, routers = {}, {}
-    for preset in SHARD_PRESETS:
+    for preset in presets:
         s = preset_spec(preset)
         q, kv = s.heads * s.head_dim, s.kv_heads * s.head_dim
         dense.setdefault((q + 2 * kv, s.hidden), f"{preset} qkv")
@@ -107,12 +111,13 @@ def cell(us: dict, ratio: dict, arm: str) -> str:
     return f"{us[arm]:.2f} ({ratio[arm][0]:.3f})" if arm in us else "-"
 
 
-def router_cases(tokens, out: dict, rows: list[str]) -> None:
+def router_cases(tokens, presets, out: dict, rows: list[str]) -> None:
     from vllm.model_executor.kernels.linear.cute_dsl import ll_bf16
 
     ll_ok = ll_bf16.is_available()
-    _, local = shard_shapes()
-    for name, (k, n) in {**ROUTERS, **local}.items():
+    _, local = shard_shapes(presets)
+    full = {name: shape for name, shape in ROUTERS.items() if any(p.startswith(name) for p in presets)}
+    for name, (k, n) in {**full, **local}.items():
         w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
         for m in tokens:
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
@@ -160,13 +165,12 @@ def best_of(grid: list[dict], make) -> dict | None:
     return grid[min(sweep, key=sweep.get)] if sweep else None
 
 
-def dense_cases(tokens, grid, split_grid, out: dict, rows: list[str]) -> None:
+def dense_cases(tokens, presets, grid, split_grid, out: dict, rows: list[str]) -> None:
     from vllm.model_executor.kernels.linear.scaled_mm.cutlass import cutlass_scaled_mm
     from vllm.model_executor.layers.quantization.utils import fp8_utils
 
-    from bench.block_fp8_split_k import block_fp8_mm
-
-    dense, _ = shard_shapes()
+    image_op = torch.ops.vllm.lmi_cutlass_block_fp8_mm  # registered by the patched cutlass module imported above
+    dense, _ = shard_shapes(presets)
     for name, (n, k) in dense.items():
         w = (torch.randn(n, k, device="cuda") * 0.5).to(torch.float8_e4m3fn)
         ws = torch.rand(n // BLOCK, k // BLOCK, device="cuda") * 1e-2 + 1e-3
@@ -189,11 +193,16 @@ def dense_cases(tokens, grid, split_grid, out: dict, rows: list[str]) -> None:
                 return run
 
             def split_k_with(config):
-                return lambda: block_fp8_mm(xq_t, w, xs_t, ws, (BLOCK, BLOCK), config)
+                return lambda: fp8_utils.lmi_block_fp8_small_m_mm(xq_t, w, xs_t, ws, [BLOCK, BLOCK], config,
+                                                                  torch.bfloat16)
+
+            def image():
+                return image_op(xq_c, w, xs_c, ws, [BLOCK, BLOCK], torch.bfloat16)
 
             best = best_of(grid, triton_with)
             best_split = best_of(split_grid, split_k_with)
-            arms = {"cutlass": cutlass, "triton": triton_with(None)}
+            arms = {"cutlass": cutlass, "image": image, "triton": triton_with(None)}
+            image_config = fp8_utils.lmi_small_m_config(m, n, k, [BLOCK, BLOCK])
             if best is not None:
                 arms["triton tuned"] = triton_with(best)
             if best_split is not None:
@@ -203,15 +212,17 @@ def dense_cases(tokens, grid, split_grid, out: dict, rows: list[str]) -> None:
             us, ratio = timed(arms, "cutlass")
             out[f"dense {name} M={m}"] = {"n": n, "k": k, "m": m, "errors": errors, "failed": failed, "us": us,
                                           "ratio": ratio, "first_call_ms": first_ms, "best_config": best,
-                                          "best_split_k_config": best_split}
+                                          "best_split_k_config": best_split, "image_config": image_config}
             if not us:
-                rows.append(f"| {name} | {n} x {k} | {m} | failed: {failed} | | | | | | |")
+                rows.append(f"| {name} | {n} x {k} | {m} | failed: {failed} | | | | | | | |")
                 continue
             tiles = (f"{best['BLOCK_SIZE_M']}x{best['BLOCK_SIZE_N']} w{best['num_warps']} s{best['num_stages']}"
                      if best else "-")
             split = f"N{best_split['BLOCK_SIZE_N']} K/{best_split['SPLIT_K']} s{best_split['num_stages']}" \
                 if best_split else "-"
-            rows.append(f"| {name} | {n} x {k} | {m} | {us['cutlass']:.2f} | {cell(us, ratio, 'triton')} | "
+            tier = "split-K tier" if image_config else "CUTLASS"
+            rows.append(f"| {name} | {n} x {k} | {m} | {us['cutlass']:.2f} | {cell(us, ratio, 'image')} {tier} | "
+                        f"{cell(us, ratio, 'triton')} | "
                         f"{cell(us, ratio, 'triton tuned')} | {tiles} | {cell(us, ratio, 'triton split-K')} | "
                         f"{split} | {max(errors.values()):.1e} |")
 
@@ -220,21 +231,28 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--quick", action="store_true", help="1, 8 and 32 tokens and a 6-config grid")
+    p.add_argument("--presets", nargs="+", choices=SHARD_PRESETS, default=SHARD_PRESETS,
+                   help="the shards whose dense layers and routers to time (default: all)")
     a = p.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("decode_gemm_bench: no CUDA device here; it times GPU kernels")
+    # the image's call reads the small-M files where the launcher points vLLM: configs/
+    os.environ.setdefault("VLLM_TUNED_CONFIG_FOLDER", str(Path(__file__).resolve().parents[1] / "configs"))
     torch.manual_seed(0)
     router_tokens = (1, 8, 16) if a.quick else ROUTER_TOKENS
     dense_tokens = (1, 8, 32) if a.quick else DENSE_TOKENS
     grid = QUICK_GRID if a.quick else TRITON_GRID
-    results = {"device": torch.cuda.get_device_name(), "calls_per_graph": CALLS, "reps": REPS, "cases": {}}
+    import triton
+
+    results = {"device": torch.cuda.get_device_name(), "triton": triton.__version__, "calls_per_graph": CALLS,
+               "reps": REPS, "cases": {}}
     router_rows = ["| router | hidden x experts | tokens | F.linear bf16 us | mm fp32 us (/F.linear) | "
                    "ll_bf16_gemm us (/F.linear) | max rel. error |", "|---|---|---|---|---|---|---|"]
-    dense_rows = ["| layer | N x K | tokens | CUTLASS us | Triton as vLLM runs it us (/CUTLASS) | Triton tuned us "
-                  "(/CUTLASS) | tuned config | Triton split-K us (/CUTLASS) | split-K config | max rel. error |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
-    router_cases(router_tokens, results["cases"], router_rows)
-    dense_cases(dense_tokens, grid, QUICK_SPLIT_GRID if a.quick else SPLIT_GRID, results["cases"], dense_rows)
+    dense_rows = ["| layer | N x K | tokens | CUTLASS us | the image's call us (/CUTLASS) | Triton as vLLM runs it us "
+                  "(/CUTLASS) | Triton tuned us (/CUTLASS) | tuned config | Triton split-K us (/CUTLASS) | "
+                  "split-K config | max rel. error |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    router_cases(router_tokens, a.presets, results["cases"], router_rows)
+    dense_cases(dense_tokens, a.presets, grid, QUICK_SPLIT_GRID if a.quick else SPLIT_GRID, results["cases"], dense_rows)
     worst = max((e for c in results["cases"].values() for e in c["errors"].values()), default=float("inf"))
     results["max_relative_error"] = worst
     text = "\n".join(router_rows) + "\n\n" + "\n".join(dense_rows) + f"\n\nlargest relative error: {worst:.1e}\n"

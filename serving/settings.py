@@ -235,6 +235,10 @@ SETTINGS: tuple[Setting, ...] = (
             "its dtype unset (Qwen3-MoE, DeepSeek-V3), which runs vLLM's one-kernel ll_bf16_gemm for up to 16 tokens "
             "on Hopper (patch 0009). Off by default until measured in the engine.", parse=parse_bool,
             env=("LMI_MOE_ROUTER_FP32_LOGITS",), engine_env="LMI_MOE_ROUTER_FP32_LOGITS"),
+    Setting("block_fp8_small_m_triton", "false: vLLM's CUTLASS kernel for every block-FP8 dense GEMM instead of the "
+            "split-K Triton tier for decode batches where configs/ holds a small-M file for the layer's shape "
+            "(patch 0010).", parse=parse_bool, env=("LMI_BLOCK_FP8_SMALL_M_TRITON",),
+            engine_env="LMI_BLOCK_FP8_SMALL_M_TRITON"),
     Setting("flashinfer_sampler", "FlashInfer's top-k/top-p sampler. Off by default: it is compiled with nvcc at the "
             "first start on every fresh host (minutes against the health-check timeout, and a failure where there is no "
             "nvcc); off, vLLM's own PyTorch sampler runs.", parse=parse_bool, default=False,
@@ -438,6 +442,7 @@ class Settings:
     fp8_moe_one_launch_quant: bool | None = None
     moe_one_pass_topk: bool | None = None
     moe_router_fp32_logits: bool | None = None
+    block_fp8_small_m_triton: bool | None = None
     flashinfer_sampler: bool = False
     port: int = 8080
     host: str = "0.0.0.0"

@@ -37,3 +37,10 @@ def test_refuses_to_run_without_a_gpu(tmp_path):
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 1 and "no CUDA device here" in r.stderr
     assert not list(tmp_path.iterdir())
+
+
+def test_split_k_grid_keeps_the_weight_blocks_k_and_small_m_keys():
+    from bench.small_m_configs import KEYS
+
+    assert all(c["BLOCK_SIZE_K"] == bench.BLOCK and tuple(c) == KEYS for c in bench.SPLIT_GRID)
+    assert set(map(str, bench.QUICK_SPLIT_GRID)) < set(map(str, bench.SPLIT_GRID))

@@ -13,7 +13,8 @@
 #   setsid tools/h200_session.sh all &          # the rest, in the background (outlives the call);
 #                                               # env: SMOKE=0 skips the smoke tests, GEMMS=0 the decode
 #                                               # GEMM bench (bench/decode_gemm_bench.py; after the engine
-#                                               # bench, GEMMS=first before it), PROFILE=0 the
+#                                               # bench, GEMMS=first before it; GEMM_ARGS its flags,
+#                                               # e.g. "--presets qwen3-235b-a22b-ep8"), PROFILE=0 the
 #                                               # profiler windows (at 94 layers a one-client window is
 #                                               # about a million GPU events to write and parse), E2E_ARGS,
 #                                               # PEERS="sglang vllm-latest": the peers' runtimes too (peers)
@@ -113,7 +114,7 @@ all)
     decode_gemms() {  # bounded: it must not eat the engine bench's lease (a cuteDSL JIT compile takes its own time)
         [ "${GEMMS:-1}" = 0 ] && return
         step "the decode step's GEMMs outside the MoE: router gate and block-FP8 dense kernels vLLM ships"
-        timeout 300 "$GPU_VENV/bin/python" -m bench.decode_gemm_bench --quick --out "$RES/decode" \
+        timeout 300 "$GPU_VENV/bin/python" -m bench.decode_gemm_bench --quick --out "$RES/decode" ${GEMM_ARGS:-} \
             || echo "decode GEMM bench failed or ran past 300 s"
     }
     [ "${GEMMS:-1}" = first ] && decode_gemms

@@ -1,6 +1,7 @@
-"""vLLM's fused-MoE Triton kernel, cut out of a given ``fused_moe.py`` (pristine or
-patched) with ``ast`` and written to a generated module (Triton needs real
-source files), so the kernel that runs is byte-for-byte vLLM's. No vLLM import.
+"""vLLM's Triton kernels cut out of its source files with ``ast`` and written to a
+generated module (Triton needs real source files), so the kernel that runs is
+byte-for-byte vLLM's, without importing vLLM: the fused-MoE kernel of a given
+``fused_moe.py`` (pristine or patched), or any named definitions of a file.
 """
 from __future__ import annotations
 
@@ -51,19 +52,24 @@ def _top_level_name(node) -> str | None:
     return None
 
 
-def extract_kernel_source(fused_moe_py: str) -> str:
-    src = Path(fused_moe_py).read_text()
-    tree = ast.parse(src)
+def cut_definitions(py_file: str, names) -> tuple[list[str], set[str]]:
+    """The source text of the file's top-level definitions named in `names` (decorators included), in file order,
+    and the names found."""
+    src = Path(py_file).read_text()
     lines = src.splitlines(keepends=True)
-    parts = []
-    found = set()
-    for node in tree.body:
+    parts, found = [], set()
+    for node in ast.parse(src).body:
         name = _top_level_name(node)
-        if name in _KERNEL_NAMES or name in _SPLIT_K_NAMES:
+        if name in names:
             decos = getattr(node, "decorator_list", [])
             start = min([d.lineno for d in decos] + [node.lineno]) - 1
             parts.append("".join(lines[start:node.end_lineno]))
             found.add(name)
+    return parts, found
+
+
+def extract_kernel_source(fused_moe_py: str) -> str:
+    parts, found = cut_definitions(fused_moe_py, set(_KERNEL_NAMES) | set(_SPLIT_K_NAMES))
     missing = set(_KERNEL_NAMES) - found
     if missing:
         raise RuntimeError(f"{fused_moe_py}: kernel functions not found: {sorted(missing)}")
@@ -75,26 +81,44 @@ def extract_kernel_source(fused_moe_py: str) -> str:
     return header + _GENERATED_HEADER + "\n\n".join(parts)
 
 
-def load_kernel(fused_moe_py: str, tag: str):
-    """Return (module, source_sha) of the generated kernel module."""
+def load_generated(code: str, prefix: str):
+    """Import `code` as a module written under the generated-source folder (Triton reads a kernel's source file);
+    returns (module, source_sha)."""
     import importlib.util
 
-    code = extract_kernel_source(fused_moe_py)
     sha = hashlib.sha256(code.encode()).hexdigest()[:12]
     gen_dir = Path(os.environ.get("MOE_BENCH_GEN_DIR", os.path.join(tempfile.gettempdir(), "moe_bench_gen")))
     gen_dir.mkdir(parents=True, exist_ok=True)
-    path = gen_dir / f"moe_kernel_{sha}.py"
+    modname = f"{prefix}_{sha}"
+    path = gen_dir / f"{modname}.py"
     if not path.exists():
         tmp = path.with_suffix(f".tmp{os.getpid()}")
         tmp.write_text(code)
         os.replace(tmp, path)
-    modname = f"moe_kernel_{sha}"
     if modname in sys.modules:
         return sys.modules[modname], sha
     spec = importlib.util.spec_from_file_location(modname, path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[modname] = mod
     spec.loader.exec_module(mod)
+    return mod, sha
+
+
+def load_definitions(py_file: str, names, prefix: str):
+    """The named top-level definitions of a vLLM source file (e.g. a Triton kernel and its launcher) as a module of
+    their own that imports the real Triton, not vLLM's placeholder for it (vLLM disables Triton on a CPU build, where
+    Triton's interpreter still runs kernels)."""
+    parts, found = cut_definitions(py_file, set(names))
+    missing = set(names) - found
+    if missing:
+        raise RuntimeError(f"{py_file}: definitions not found: {sorted(missing)}")
+    return load_generated(f"# generated from {os.path.basename(py_file)}\n" + _GENERATED_HEADER
+                          + "from typing import Any\n\n\n" + "\n\n".join(parts), prefix)[0]
+
+
+def load_kernel(fused_moe_py: str, tag: str):
+    """Return (module, source_sha) of the generated kernel module."""
+    mod, sha = load_generated(extract_kernel_source(fused_moe_py), "moe_kernel")
     mod.SOURCE_TAG = tag
     return mod, sha
 

@@ -1,0 +1,89 @@
+"""Patch 0010, the small-M Triton tier of the block-FP8 dense layers on the CUTLASS path, in the installed (patched)
+vLLM. Its kernel runs under Triton's interpreter on the CPU against a float32 reference
+(tests/block_fp8_small_m_kernel_check.py); the choice between it and CUTLASS runs as vLLM's patched code with the two
+GEMMs recorded instead of run (tests/block_fp8_small_m_dispatch_check.py). Its speed is the H200's to show
+(bench/decode_gemm_bench.py, the engine bench's image-cutlass-dense arm)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from check_script import run_check
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def kernel_cases():
+    return run_check("block_fp8_small_m_kernel_check.py", triton_interpret=True)
+
+
+@pytest.fixture(scope="module")
+def dispatch():
+    return run_check("block_fp8_small_m_dispatch_check.py", timeout=300)
+
+
+def test_every_split_matches_the_block_scaled_product(kernel_cases):
+    assert len(kernel_cases) == 3 * 4 * 2 * 2
+    # bf16 results of float32 sums: a relative error of a few 1e-3 at most
+    bad = {k: v for k, v in kernel_cases.items() if not v["rel_err"] < 1e-2}
+    assert not bad, bad
+
+
+def test_the_result_is_bf16_of_the_full_shape(kernel_cases):
+    for name, v in kernel_cases.items():
+        m, n = (int(part[1:]) for part in name.split()[:2])
+        assert v["dtype"] == "torch.bfloat16" and v["shape"] == [m, n], name
+
+
+def test_the_smallest_entry_at_or_above_the_token_count_is_chosen(dispatch):
+    assert dispatch["file_name"] == "N=256,K=512,device_name=cpu,dtype=fp8_w8a8,block_shape=[128,128],small_m.json"
+    assert dispatch["by_tokens"] == {"0": None, "1": "1", "2": "8", "8": "8", "9": None, "64": None}
+    assert dispatch["no_folder"] is None and dispatch["no_file"] is None
+
+
+def test_the_op_chooses_per_call_eagerly_and_in_one_compiled_graph(dispatch):
+    assert dispatch["eager"] == ["tier SPLIT_K=8 M=1", "tier SPLIT_K=1 M=5", "cutlass M=9"]
+    assert dispatch["compiled"] == ["tier SPLIT_K=1 M=3", "tier SPLIT_K=1 M=8", "cutlass M=16", "tier SPLIT_K=1 M=5"]
+    assert dispatch["compiled_frames"] == 1
+    assert dispatch["built"] == "built"
+
+
+@pytest.mark.parametrize("case", ["switch_off", "batch_invariant"])
+def test_switch_off_and_batch_invariant_mode_keep_cutlass(dispatch, case):
+    assert dispatch[case] is None
+    assert dispatch["switch_off_calls"] == ["cutlass M=1"]
+
+
+def test_a_bad_switch_fails_the_kernels_build(dispatch):
+    for key in ("bad_switch", "bad_switch_build"):
+        text = dispatch[key]["error"] if key == "bad_switch" else dispatch[key]
+        assert "LMI_BLOCK_FP8_SMALL_M_TRITON='sometimes' is not understood" in text
+
+
+@pytest.mark.parametrize("case,says", [
+    ("unknown_key", "needs exactly the keys"), ("missing_key", "needs exactly the keys"),
+    ("block_k", "BLOCK_SIZE_K must be the weight block's K (128); it is 64"),
+    ("not_int", "['SPLIT_K'] must be integers >= 1"), ("bad_key", "entry 'one': the key must be a token count"),
+    ("empty", "expected a non-empty JSON object")])
+def test_a_bad_file_is_named_with_its_entry(dispatch, case, says):
+    got = dispatch[f"bad_{case}"]
+    assert says in got["error"] and got["names_file"], got
+
+
+SHIPPED = sorted((ROOT / "configs").glob("N=*,K=*,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[[]128,128[]],"
+                                        "small_m.json"))
+
+
+def test_small_m_files_ship():
+    assert SHIPPED, "configs/ holds no small-M block-FP8 linear file"
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+def test_a_shipped_small_m_file_loads_through_the_patched_parser(path):
+    from vllm.model_executor.layers.quantization.utils.fp8_utils import lmi_parse_small_m_configs
+
+    entries = lmi_parse_small_m_configs(str(path), json.loads(path.read_text()), 128)  # raises naming what is wrong
+    assert all(m >= 1 for m in entries)
