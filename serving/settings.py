@@ -231,9 +231,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("moe_one_pass_topk", "false: vLLM's topk_softmax op for the MoE router's softmax top-k instead of the "
             "one-pass kernel for batches of up to 4,096 tokens (patch 0007).", parse=parse_bool,
             env=("LMI_MOE_ONE_PASS_TOPK",), engine_env="LMI_MOE_ONE_PASS_TOPK"),
-    Setting("moe_router_fp32_logits", "true: float32 logits from the MoE router's bf16 gate where the model leaves "
-            "its dtype unset (Qwen3-MoE, DeepSeek-V3), which runs vLLM's one-kernel ll_bf16_gemm for up to 16 tokens "
-            "on Hopper (patch 0009). Off by default until measured in the engine.", parse=parse_bool,
+    Setting("moe_router_fp32_logits", "false: the MoE router's bf16 gate gives bf16 logits, as the model sets it, "
+            "instead of float32 logits where the model leaves its dtype unset (Qwen3-MoE, DeepSeek-V3), which run "
+            "vLLM's one-kernel ll_bf16_gemm for up to 16 tokens on Hopper (patch 0009).", parse=parse_bool,
             env=("LMI_MOE_ROUTER_FP32_LOGITS",), engine_env="LMI_MOE_ROUTER_FP32_LOGITS"),
     Setting("block_fp8_small_m_triton", "false: vLLM's CUTLASS kernel for every block-FP8 dense GEMM instead of the "
             "split-K Triton tier for decode batches where configs/ holds a small-M file for the layer's shape "

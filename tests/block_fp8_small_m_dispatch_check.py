@@ -93,9 +93,9 @@ def main() -> None:
         out["no_folder"] = chosen(1)
         os.environ["VLLM_TUNED_CONFIG_FOLDER"] = tmp
         out["no_file"] = chosen(1)
-        write(folder, {"1": SMALL, "8": EIGHT, "triton_version": "3.6.0"})
+        write(folder, {"1": SMALL, "8": EIGHT, "16": None, "32": SMALL, "triton_version": "3.7.1"})
         reset()
-        out["by_tokens"] = {m: chosen(m) for m in (0, 1, 2, 8, 9, 64)}
+        out["by_tokens"] = {m: chosen(m) for m in (0, 1, 2, 8, 9, 16, 17, 32, 33)}
 
         cutlass.lmi_block_fp8_small_m_mm = record_tier
         cutlass.ops = RecordCutlass
@@ -104,7 +104,7 @@ def main() -> None:
         def call(a, b, a_s, b_s):
             return op(a, b, a_s, b_s, BLOCK, torch.bfloat16)
 
-        out["eager"] = op_calls(call, (1, 5, 9))
+        out["eager"] = op_calls(call, (1, 5, 9, 20, 40))
         frames = []
 
         def backend(gm, example_inputs):
@@ -112,7 +112,7 @@ def main() -> None:
             return gm.forward
 
         compiled = torch.compile(call, backend=backend, dynamic=True, fullgraph=True)
-        out["compiled"] = op_calls(compiled, (3, 8, 16, 5))  # one trace: M is symbolic from the first call
+        out["compiled"] = op_calls(compiled, (3, 8, 12, 20, 5))  # one trace: M is symbolic from the first call
         out["compiled_frames"] = len(frames)
         out["built"] = build_kernel()
 
@@ -130,6 +130,7 @@ def main() -> None:
             "missing_key": {"1": {k: v for k, v in SMALL.items() if k != "SPLIT_K"}},
             "block_k": {"1": dict(SMALL, BLOCK_SIZE_K=64)},
             "not_int": {"1": dict(SMALL, SPLIT_K=2.0)},
+            "not_an_object": {"1": "cutlass"},
             "bad_key": {"one": SMALL},
             "empty": {},
         }

@@ -40,13 +40,17 @@ def test_the_result_is_bf16_of_the_full_shape(kernel_cases):
 
 def test_the_smallest_entry_at_or_above_the_token_count_is_chosen(dispatch):
     assert dispatch["file_name"] == "N=256,K=512,device_name=cpu,dtype=fp8_w8a8,block_shape=[128,128],small_m.json"
-    assert dispatch["by_tokens"] == {"0": None, "1": "1", "2": "8", "8": "8", "9": None, "64": None}
+    # entries 1, 8, 16 (null: CUTLASS) and 32; nothing above 32
+    assert dispatch["by_tokens"] == {"0": None, "1": "1", "2": "8", "8": "8", "9": None, "16": None, "17": "1",
+                                     "32": "1", "33": None}
     assert dispatch["no_folder"] is None and dispatch["no_file"] is None
 
 
 def test_the_op_chooses_per_call_eagerly_and_in_one_compiled_graph(dispatch):
-    assert dispatch["eager"] == ["tier SPLIT_K=8 M=1", "tier SPLIT_K=1 M=5", "cutlass M=9"]
-    assert dispatch["compiled"] == ["tier SPLIT_K=1 M=3", "tier SPLIT_K=1 M=8", "cutlass M=16", "tier SPLIT_K=1 M=5"]
+    assert dispatch["eager"] == ["tier SPLIT_K=8 M=1", "tier SPLIT_K=1 M=5", "cutlass M=9", "tier SPLIT_K=8 M=20",
+                                 "cutlass M=40"]
+    assert dispatch["compiled"] == ["tier SPLIT_K=1 M=3", "tier SPLIT_K=1 M=8", "cutlass M=12",
+                                    "tier SPLIT_K=8 M=20", "tier SPLIT_K=1 M=5"]
     assert dispatch["compiled_frames"] == 1
     assert dispatch["built"] == "built"
 
@@ -64,7 +68,8 @@ def test_a_bad_switch_fails_the_kernels_build(dispatch):
 
 
 @pytest.mark.parametrize("case,says", [
-    ("unknown_key", "needs exactly the keys"), ("missing_key", "needs exactly the keys"),
+    ("unknown_key", "needs null (CUTLASS) or exactly the keys"), ("missing_key", "needs null (CUTLASS) or exactly"),
+    ("not_an_object", "needs null (CUTLASS) or exactly the keys"),
     ("block_k", "BLOCK_SIZE_K must be the weight block's K (128); it is 64"),
     ("not_int", "['SPLIT_K'] must be integers >= 1"), ("bad_key", "entry 'one': the key must be a token count"),
     ("empty", "expected a non-empty JSON object")])
@@ -86,4 +91,4 @@ def test_a_shipped_small_m_file_loads_through_the_patched_parser(path):
     from vllm.model_executor.layers.quantization.utils.fp8_utils import lmi_parse_small_m_configs
 
     entries = lmi_parse_small_m_configs(str(path), json.loads(path.read_text()), 128)  # raises naming what is wrong
-    assert all(m >= 1 for m in entries)
+    assert entries[max(entries)] is not None  # a trailing null would only restate CUTLASS above the largest entry

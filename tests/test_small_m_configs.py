@@ -1,5 +1,6 @@
-"""bench/small_m_configs.py: the shipped small-M files (patch 0010) are what it makes from kernel probe 16b's rows,
-and from a decode GEMM bench it keeps only the cases where the split-K kernel beat CUTLASS in every repetition."""
+"""bench/small_m_configs.py: the shipped small-M files (patch 0010) are what it makes from run 17's decode GEMM bench
+(up to 8 tokens, the counts the engine bench gated), and it gives the split-K kernel only the token counts where it
+beat CUTLASS in every repetition."""
 from __future__ import annotations
 
 import json
@@ -10,18 +11,18 @@ from pathlib import Path
 from bench import small_m_configs
 
 ROOT = Path(__file__).resolve().parents[1]
-PROBE = ROOT / "bench" / "data" / "h200_dense_probe" / "dense_probe.json"
+RUN_17 = ROOT / "bench" / "data" / "h200_block_17" / "decode" / "decode_gemm.json"
 
 
-def make(source: Path, out: Path) -> list[str]:
-    r = subprocess.run([sys.executable, "-m", "bench.small_m_configs", "--from", str(source), "--out", str(out)],
+def make(source: Path, out: Path, *args: str) -> list[str]:
+    r = subprocess.run([sys.executable, "-m", "bench.small_m_configs", "--from", str(source), "--out", str(out), *args],
                        cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     return sorted(Path(line).name for line in r.stdout.split())
 
 
-def test_shipped_files_reproduce_from_the_probe(tmp_path):
-    made = make(PROBE, tmp_path)
+def test_shipped_files_reproduce_from_run_17(tmp_path):
+    made = make(RUN_17, tmp_path, "--max-tokens", "8")
     shipped = sorted(p.name for p in (ROOT / "configs").glob("N=*,small_m.json"))
     assert made == shipped and made
     for name in made:
@@ -36,12 +37,17 @@ def test_from_a_decode_gemm_bench_only_the_wins_are_kept(tmp_path):
 
     bench_json = tmp_path / "decode_gemm.json"
     bench_json.write_text(json.dumps({"device": "NVIDIA H200", "triton": "3.7.0", "cases": {
-        "dense a qkv M=1": case(1, [0.6, 0.55, 0.65]),
+        "dense a qkv M=1": case(1, [1.1, 1.05, 1.15]),  # CUTLASS is faster: null
         "dense a qkv M=8": case(8, [0.8, 0.7, 0.99]),
-        "dense a qkv M=32": case(32, [0.97, 0.9, 1.02]),  # not faster in every repetition
-        "dense a qkv M=64": case(64, [1.3, 1.2, 1.4]),
+        "dense a qkv M=16": case(16, [0.97, 0.9, 1.02]),  # not faster in every repetition
+        "dense a qkv M=32": case(32, [0.6, 0.55, 0.65]),
+        "dense a qkv M=64": case(64, [1.3, 1.2, 1.4]),  # trailing: left out
+        "dense b o_proj M=1": dict(case(1, [1.2, 1.1, 1.3]), n=4096, k=1024),  # never won: no file
         "router x M=1": {"n": 16, "k": 4096, "m": 1, "ratio": {}}}}))
     made = make(bench_json, tmp_path / "out")
     assert made == [small_m_configs.file_name(1280, 4096)]
     body = json.loads((tmp_path / "out" / made[0]).read_text())
-    assert body == {"triton_version": "3.7.0", "1": config, "8": config}
+    assert body == {"triton_version": "3.7.0", "1": None, "8": config, "16": None, "32": config}
+    assert list(body) == ["triton_version", "1", "8", "16", "32"]
+    made = make(bench_json, tmp_path / "upto8", "--max-tokens", "8")
+    assert json.loads((tmp_path / "upto8" / made[0]).read_text()) == {"triton_version": "3.7.0", "1": None, "8": config}

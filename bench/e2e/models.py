@@ -61,7 +61,7 @@ def parse_layers(tokens: list[str], models: list[str]) -> dict[str, int]:
 # "image-stock-order" (vLLM's own FP8 MoE backend order: patch 0001), "image-vllm-quant" (vLLM's two-kernel FP8
 # quantization of the MoE inputs: patch 0006), "image-vllm-topk" (vLLM's topk_softmax op for the router: patch
 # 0007), "image-eager-prefill" (vLLM's own CUDA-graph sizes, every step above them eager: option.cuda_graph_max_tokens
-# 0, serving/cuda_graphs.py), "image-fp32-router" (float32 router logits, vLLM's ll_bf16_gemm gate: patch 0009),
+# 0, serving/cuda_graphs.py), "image-bf16-router" (the model's bf16 router logits, cuBLAS's gate: patch 0009),
 # "image-cutlass-dense" (CUTLASS for every block-FP8 dense GEMM, no small-M Triton tier: patch 0010). Not
 # measured, started for what their logs say:
 # "stock-debug" (stock at VLLM_LOGGING_LEVEL=DEBUG: why each MoE backend ahead of the chosen one was rejected) and
@@ -74,7 +74,7 @@ IMAGE_ARM_SETTINGS: dict[str, dict[str, object]] = {
     "image-vllm-quant": {"fp8_moe_one_launch_quant": False},
     "image-vllm-topk": {"moe_one_pass_topk": False},
     "image-eager-prefill": {"cuda_graph_max_tokens": 0},
-    "image-fp32-router": {"moe_router_fp32_logits": True},
+    "image-bf16-router": {"moe_router_fp32_logits": False},
     "image-cutlass-dense": {"block_fp8_small_m_triton": False},
 }
 # The peers a user would pick instead of the image, each from a runtime of its own (bench/e2e/servers.py PEERS says
@@ -84,7 +84,7 @@ IMAGE_ARM_SETTINGS: dict[str, dict[str, object]] = {
 # (--sglang-python, --vllm-latest-python).
 PEER_ARMS = ("sglang", "vllm-latest")
 MEASURED_ARMS = ("stock", "image", "image-stock-order", "image-vllm-quant", "image-vllm-topk", "image-eager-prefill",
-                 "image-fp32-router", "image-cutlass-dense", *PEER_ARMS)
+                 "image-bf16-router", "image-cutlass-dense", *PEER_ARMS)
 # Block FP8: the linear layers on vLLM's prebuilt CUTLASS block-scaled kernel in both arms, so that only the MoE
 # path differs. vLLM's default there is FlashInfer's DeepGEMM kernel, which the image builds with nvcc at start and
 # stock follows with DeepGEMM's JIT warm-up of 512 shapes (42-48 minutes on an H200 by its own estimate), beyond
@@ -102,7 +102,7 @@ MODELS = tuple(replace(m, arms=(*m.arms, *PEER_ARMS)) for m in (
           ("stock", "image", "image-vllm-quant", "image-vllm-topk")),
     # The official block-FP8 checkpoints as vLLM's recipes deploy them: one expert-parallel rank, or one TP4 rank.
     Model("qwen3-235b-ep8-block", "qwen3-235b-a22b-ep8", "block",
-          ("stock", "image", "image-vllm-topk", "image-eager-prefill", "image-fp32-router", "image-cutlass-dense"),
+          ("stock", "image", "image-vllm-topk", "image-eager-prefill", "image-bf16-router", "image-cutlass-dense"),
           engine_args=BLOCK_FP8_ENGINE_ARGS),
     Model("qwen3-coder-480b-ep8-block", "qwen3-coder-480b-a35b-ep8", "block", engine_args=BLOCK_FP8_ENGINE_ARGS),
     Model("deepseek-v3-ep8-block", "deepseek-v3-ep8", "block", engine_args=BLOCK_FP8_ENGINE_ARGS),
