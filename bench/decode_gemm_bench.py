@@ -17,8 +17,10 @@ This bench times, per shape and token count, the kernels vLLM already ships for 
   kernel with the best config of a grid (what a tuned config file would give; picked on one timing per config,
   then timed with the others), patch 0010's split-K variant of it (`lmi_block_fp8_small_m_mm`) with the best of
   its grid, and the image's own call (`vllm::lmi_cutlass_block_fp8_mm`: the split-K tier where a small-M file in
-  configs/ covers the shape and token count, else CUTLASS). `python -m bench.small_m_configs --from
-  OUT/decode_gemm.json` turns the cases where the split-K variant beat CUTLASS into small-M files.
+  configs/ covers the shape and token count, else CUTLASS). For a layer whose input no fusion pass quantizes
+  (o_proj), the input's quantization and CUTLASS against the split-K variant quantizing its bf16 input itself
+  (a small-M file's fused_input_quant). `python -m bench.small_m_configs --from OUT/decode_gemm.json` turns the
+  cases where the split-K variant beat CUTLASS into small-M files.
 
 Each arm's first call in each case is timed on the wall clock (`first_call_ms`: a JIT compile, such as cuteDSL's
 or Triton's for a new config, shows there). Each kernel then runs 100 times in one CUDA graph, the graphs replayed
@@ -57,6 +59,7 @@ QUICK_GRID = [c for c in TRITON_GRID if c["BLOCK_SIZE_M"] == 16 and c["num_stage
 SPLIT_GRID = [dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=n, BLOCK_SIZE_K=BLOCK, SPLIT_K=s, num_warps=4, num_stages=st)
               for n, s, st in itertools.product((16, 32, 64, 128), (1, 2, 4, 8), (3, 4))]
 QUICK_SPLIT_GRID = [c for c in SPLIT_GRID if c["num_stages"] == 3 and c["BLOCK_SIZE_N"] in (32, 64, 128)]
+FUSED = "split-K quantizing"  # the arm of patch 0010's fused_input_quant: the split-K kernel on the bf16 input
 
 
 def shard_shapes(presets=SHARD_PRESETS) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[int, int]]]:
@@ -97,12 +100,14 @@ def working(arms: dict, ref: torch.Tensor, failed: dict, first_ms: dict) -> dict
     return errors
 
 
-def timed(arms: dict, baseline: str) -> tuple[dict, dict]:
-    """Each arm's median us per call, and each other arm's paired ratio to the baseline [median, min, max]."""
+def timed(arms: dict, baseline: str, pairs: tuple[tuple[str, str], ...] = ()) -> tuple[dict, dict]:
+    """Each arm's median us per call, and each other arm's paired ratio to the baseline [median, min, max]; for each
+    (arm, other) of `pairs` that both ran, also arm's paired ratio to other, under "arm/other"."""
     if baseline not in arms:
         return {}, {}
     t = in_turn({a: graph_of(f) for a, f in arms.items()})
     ratios = {a: [c / b for b, c in zip(t[baseline], t[a])] for a in arms if a != baseline}
+    ratios.update({f"{a}/{o}": [x / y for x, y in zip(t[a], t[o])] for a, o in pairs if a in t and o in t})
     return ({a: statistics.median(v) for a, v in t.items()},
             {a: [statistics.median(r), min(r), max(r)] for a, r in ratios.items()})
 
@@ -199,6 +204,14 @@ def dense_cases(tokens, presets, grid, split_grid, out: dict, rows: list[str]) -
             def image():
                 return image_op(xq_c, w, xs_c, ws, [BLOCK, BLOCK], torch.bfloat16)
 
+            def quant_then_cutlass():  # a layer whose input no fusion pass quantizes (o_proj): two kernels
+                xq, xs = fp8_utils.per_token_group_quant_fp8(x, BLOCK, column_major_scales=True, use_ue8m0=False)
+                return cutlass_scaled_mm(xq, w, xs, ws, [BLOCK, BLOCK], torch.bfloat16)
+
+            def split_k_quantizing(config):  # patch 0010's fused_input_quant: the bf16 input, one kernel
+                return lambda: fp8_utils.lmi_block_fp8_small_m_mm(x, w, None, ws, [BLOCK, BLOCK], config,
+                                                                  torch.bfloat16)
+
             best = best_of(grid, triton_with)
             best_split = best_of(split_grid, split_k_with)
             arms = {"cutlass": cutlass, "image": image, "triton": triton_with(None)}
@@ -207,14 +220,16 @@ def dense_cases(tokens, presets, grid, split_grid, out: dict, rows: list[str]) -
                 arms["triton tuned"] = triton_with(best)
             if best_split is not None:
                 arms["triton split-K"] = split_k_with(best_split)
+                arms["quant + cutlass"] = quant_then_cutlass
+                arms[FUSED] = split_k_quantizing(best_split)
             failed, first_ms = {}, {}
             errors = working(arms, ref, failed, first_ms)
-            us, ratio = timed(arms, "cutlass")
+            us, ratio = timed(arms, "cutlass", pairs=((FUSED, "quant + cutlass"),))
             out[f"dense {name} M={m}"] = {"n": n, "k": k, "m": m, "errors": errors, "failed": failed, "us": us,
                                           "ratio": ratio, "first_call_ms": first_ms, "best_config": best,
                                           "best_split_k_config": best_split, "image_config": image_config}
             if not us:
-                rows.append(f"| {name} | {n} x {k} | {m} | failed: {failed} | | | | | | | |")
+                rows.append(f"| {name} | {n} x {k} | {m} | failed: {failed} | | | | | | | | | |")
                 continue
             tiles = (f"{best['BLOCK_SIZE_M']}x{best['BLOCK_SIZE_N']} w{best['num_warps']} s{best['num_stages']}"
                      if best else "-")
@@ -224,7 +239,8 @@ def dense_cases(tokens, presets, grid, split_grid, out: dict, rows: list[str]) -
             rows.append(f"| {name} | {n} x {k} | {m} | {us['cutlass']:.2f} | {cell(us, ratio, 'image')} {tier} | "
                         f"{cell(us, ratio, 'triton')} | "
                         f"{cell(us, ratio, 'triton tuned')} | {tiles} | {cell(us, ratio, 'triton split-K')} | "
-                        f"{split} | {max(errors.values()):.1e} |")
+                        f"{split} | {cell(us, ratio, 'quant + cutlass')} | "
+                        f"{cell(us, ratio, FUSED)} | {max(errors.values()):.1e} |")
 
 
 def main() -> int:
@@ -250,7 +266,8 @@ def main() -> int:
                    "ll_bf16_gemm us (/F.linear) | max rel. error |", "|---|---|---|---|---|---|---|"]
     dense_rows = ["| layer | N x K | tokens | CUTLASS us | the image's call us (/CUTLASS) | Triton as vLLM runs it us "
                   "(/CUTLASS) | Triton tuned us (/CUTLASS) | tuned config | Triton split-K us (/CUTLASS) | "
-                  "split-K config | max rel. error |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "split-K config | quantize + CUTLASS us (/CUTLASS) | split-K quantizing its bf16 input us "
+                  "(/CUTLASS) | max rel. error |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     router_cases(router_tokens, a.presets, results["cases"], router_rows)
     dense_cases(dense_tokens, a.presets, grid, QUICK_SPLIT_GRID if a.quick else SPLIT_GRID, results["cases"], dense_rows)
     worst = max((e for c in results["cases"].values() for e in c["errors"].values()), default=float("inf"))

@@ -7,7 +7,10 @@ Per block-FP8 dense shape and token count (up to --max-tokens), the decode GEMM 
 it was faster than CUTLASS in every paired repetition, in the image's stack, else null (CUTLASS). A shape where it
 never won gets no file; trailing nulls are left out (CUTLASS runs above the largest entry anyway). An entry serves
 every token count above the next smaller entry up to its own (patch 0010's rule), so a token count that was not
-timed takes the next larger one's kernel. Writes one file per shape; prints what it wrote.
+timed takes the next larger one's kernel. --fused-input-quant NxK marks a shape's file "fused_input_quant": true
+(its layer's op then takes the bf16 input: for a layer whose input no fusion pass quantizes, such as o_proj) and
+judges its entries on the bench's split-K kernel quantizing its bf16 input against quantization + CUTLASS. Writes
+one file per shape; prints what it wrote.
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from pathlib import Path
 
 BLOCK = 128
 KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "SPLIT_K", "num_warps", "num_stages")
+FUSED_RATIO = "split-K quantizing/quant + cutlass"  # bench/decode_gemm_bench.py's paired ratio for fused_input_quant
 
 
 def file_name(n: int, k: int, device: str = "NVIDIA_H200") -> str:
@@ -24,12 +28,19 @@ def file_name(n: int, k: int, device: str = "NVIDIA_H200") -> str:
     return f"N={n},K={k},device_name={device.replace(' ', '_')},dtype=fp8_w8a8,block_shape=[{BLOCK},{BLOCK}],small_m.json"
 
 
-def from_decode_gemm(data: dict, max_tokens: int | None = None) -> dict[tuple[int, int], dict[int, dict | None]]:
-    shapes: dict[tuple[int, int], dict[int, dict | None]] = {}
+Entries = dict[int, dict | None]  # token count -> the split-K config, or None: CUTLASS
+
+
+def from_decode_gemm(data: dict, max_tokens: int | None = None,
+                     fused_input_quant: set[tuple[int, int]] = frozenset()) -> dict[tuple[int, int], Entries]:
+    """Per shape, its entries; a fused_input_quant shape's are judged on the split-K kernel quantizing its bf16 input
+    against quantization + CUTLASS, the others' on the split-K kernel against CUTLASS."""
+    shapes: dict[tuple[int, int], Entries] = {}
     for name, case in data["cases"].items():
         if not name.startswith("dense ") or (max_tokens and case["m"] > max_tokens):
             continue
-        ratio = case.get("ratio", {}).get("triton split-K")
+        fused = (case["n"], case["k"]) in fused_input_quant
+        ratio = case.get("ratio", {}).get(FUSED_RATIO if fused else "triton split-K")
         won = bool(ratio and case.get("best_split_k_config") and ratio[2] < 1.0)  # in every paired repetition
         shapes.setdefault((case["n"], case["k"]), {})[case["m"]] = case["best_split_k_config"] if won else None
     for entries in shapes.values():
@@ -38,12 +49,14 @@ def from_decode_gemm(data: dict, max_tokens: int | None = None) -> dict[tuple[in
     return {shape: entries for shape, entries in shapes.items() if entries}
 
 
-def write(shapes: dict[tuple[int, int], dict[int, dict | None]], out: Path, triton_version: str,
-          device: str) -> list[Path]:
+def write(shapes: dict[tuple[int, int], Entries], out: Path, triton_version: str, device: str,
+          fused_input_quant: set[tuple[int, int]] = frozenset()) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for (n, k), entries in sorted(shapes.items()):
         body: dict[str, object] = {"triton_version": triton_version}
+        if (n, k) in fused_input_quant:
+            body["fused_input_quant"] = True
         body.update({str(m): None if entries[m] is None else {key: entries[m][key] for key in KEYS}
                      for m in sorted(entries)})
         path = out / file_name(n, k, device)
@@ -52,16 +65,27 @@ def write(shapes: dict[tuple[int, int], dict[int, dict | None]], out: Path, trit
     return written
 
 
+def shape(text: str) -> tuple[int, int]:
+    n, _, k = text.partition("x")
+    if not (n.isdigit() and k.isdigit()):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected NxK, e.g. 4096x1024")
+    return int(n), int(k)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--from", dest="source", type=Path, required=True,
                    help="bench/decode_gemm_bench.py's decode_gemm.json")
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--max-tokens", type=int, help="leave out larger token counts (a decode GEMM bench's cases)")
+    p.add_argument("--max-tokens", type=int, help="leave out larger token counts")
+    p.add_argument("--fused-input-quant", nargs="+", default=[], metavar="NxK", type=shape,
+                   help="shapes whose layer's input no fusion pass quantizes (o_proj), where the bench's split-K "
+                        "kernel quantizing its bf16 input beat quantization + CUTLASS: their files ask for it")
     a = p.parse_args()
     data = json.loads(a.source.read_text())
-    shapes = from_decode_gemm(data, a.max_tokens)
-    for path in write(shapes, a.out, data["triton"], data["device"]):
+    fused = set(a.fused_input_quant)
+    shapes = from_decode_gemm(data, a.max_tokens, fused)
+    for path in write(shapes, a.out, data["triton"], data["device"], fused):
         print(path)
     return 0
 

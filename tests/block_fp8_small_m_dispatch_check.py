@@ -30,7 +30,7 @@ def reset(**env) -> None:
         os.environ.pop(name, None)
     os.environ.update(env)
     fp8_utils.lmi_small_m_enabled.cache_clear()
-    fp8_utils.lmi_small_m_configs.cache_clear()
+    fp8_utils.lmi_small_m_file.cache_clear()
 
 
 def write(folder: Path, entries) -> Path:
@@ -48,8 +48,13 @@ def chosen(m: int):
 
 
 def record_tier(A, B, As, Bs, block_size, config, output_dtype):
-    CALLS.append(f"tier SPLIT_K={config['SPLIT_K']} M={A.shape[0]}")
+    CALLS.append(f"tier SPLIT_K={config['SPLIT_K']} M={A.shape[0]}" + (f" {A.dtype} input" if As is None else ""))
     return A.new_zeros((A.shape[0], B.shape[0]), dtype=output_dtype)
+
+
+def record_quant(x, group_size, column_major_scales, use_ue8m0):
+    CALLS.append(f"quant M={x.shape[0]} group {group_size}" + (" column-major" if column_major_scales else ""))
+    return x.to(torch.float8_e4m3fn), torch.ones(x.shape[0], x.shape[1] // group_size)
 
 
 class RecordCutlass:
@@ -72,16 +77,30 @@ def op_calls(call, ms) -> list[str]:
     return list(CALLS)
 
 
-def build_kernel() -> str:
+def build_kernel():
     config = FP8ScaledMMLinearLayerConfig(weight_quant_key=kFp8Static128BlockSym,
                                           activation_quant_key=kFp8Dynamic128Sym, weight_shape=(N, K),
                                           input_dtype=torch.bfloat16, out_dtype=torch.bfloat16)
     try:
         with set_current_vllm_config(VllmConfig()):
-            cutlass.CutlassFp8BlockScaledMMKernel(config)
+            return cutlass.CutlassFp8BlockScaledMMKernel(config)
     except ValueError as e:
         return str(e)
-    return "built"
+
+
+def layer_calls(kernel, ms) -> list[str]:
+    """The kernel's apply_weights on a block-FP8 layer of (N, K) for inputs of each token count (a batch of 2 x m/2
+    rows where m is even: the 3-d input a model may pass)."""
+    layer = torch.nn.Module()
+    layer.weight = torch.nn.Parameter(torch.zeros(N, K, dtype=torch.float8_e4m3fn), requires_grad=False)
+    layer.weight_scale_inv = torch.nn.Parameter(torch.ones(N // 128, K // 128), requires_grad=False)
+    CALLS.clear()
+    for m in ms:
+        x = torch.zeros(2, m // 2, K, dtype=torch.bfloat16) if m % 2 == 0 else torch.zeros(m, K, dtype=torch.bfloat16)
+        with set_current_vllm_config(VllmConfig()):
+            y = kernel.apply_weights(layer, x)
+        assert y.shape == (*x.shape[:-1], N) and y.dtype == torch.bfloat16, (y.shape, y.dtype)
+    return list(CALLS)
 
 
 def main() -> None:
@@ -114,7 +133,22 @@ def main() -> None:
         compiled = torch.compile(call, backend=backend, dynamic=True, fullgraph=True)
         out["compiled"] = op_calls(compiled, (3, 8, 12, 20, 5))  # one trace: M is symbolic from the first call
         out["compiled_frames"] = len(frames)
-        out["built"] = build_kernel()
+        kernel = build_kernel()
+        out["built"] = {"fused_input_quant": kernel._lmi_fused_input_quant}
+
+        # fused_input_quant: the layer's op gets the bf16 input; the tier quantizes it, CUTLASS gets it quantized
+        cutlass.per_token_group_quant_fp8 = record_quant
+        write(folder, {"fused_input_quant": True, "8": EIGHT})
+        reset()
+        fused = build_kernel()
+        out["fused_built"] = {"fused_input_quant": fused._lmi_fused_input_quant}
+        out["fused_calls"] = layer_calls(fused, (1, 8, 9))
+        out["unfused_calls"] = layer_calls(kernel, (1,))  # vLLM's QuantFP8 first, then the op on fp8
+        write(folder, {"fused_input_quant": "yes", "8": EIGHT})
+        reset()
+        out["bad_fused_flag"] = chosen(1)
+        write(folder, {"1": SMALL, "8": EIGHT, "16": None, "32": SMALL, "triton_version": "3.7.1"})
+        reset()
 
         reset(**{fp8_utils.LMI_BLOCK_FP8_SMALL_M_ENV: "0"})
         out["switch_off"] = chosen(1)
@@ -124,6 +158,7 @@ def main() -> None:
         reset(**{fp8_utils.LMI_BLOCK_FP8_SMALL_M_ENV: "sometimes"})
         out["bad_switch"] = chosen(1)
         out["bad_switch_build"] = build_kernel()
+        assert isinstance(out["bad_switch_build"], str), "a bad switch built the kernel"
 
         bad_files = {
             "unknown_key": {"1": dict(SMALL, GROUP_SIZE_M=1)},

@@ -1,7 +1,8 @@
 """Patch 0010, the small-M Triton tier of the block-FP8 dense layers on the CUTLASS path, in the installed (patched)
 vLLM. Its kernel runs under Triton's interpreter on the CPU against a float32 reference
 (tests/block_fp8_small_m_kernel_check.py); the choice between it and CUTLASS runs as vLLM's patched code with the two
-GEMMs recorded instead of run (tests/block_fp8_small_m_dispatch_check.py). Its speed is the H200's to show
+GEMMs (and the input quantization of a fused_input_quant layer) recorded instead of run
+(tests/block_fp8_small_m_dispatch_check.py). Its speed is the H200's to show
 (bench/decode_gemm_bench.py, the engine bench's image-cutlass-dense arm)."""
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def dispatch():
 
 
 def test_every_split_matches_the_block_scaled_product(kernel_cases):
-    assert len(kernel_cases) == 3 * 4 * 2 * 2
+    assert len(kernel_cases) == 3 * 4 * 2 * 3
     # bf16 results of float32 sums: a relative error of a few 1e-3 at most
     bad = {k: v for k, v in kernel_cases.items() if not v["rel_err"] < 1e-2}
     assert not bad, bad
@@ -52,7 +53,16 @@ def test_the_op_chooses_per_call_eagerly_and_in_one_compiled_graph(dispatch):
     assert dispatch["compiled"] == ["tier SPLIT_K=1 M=3", "tier SPLIT_K=1 M=8", "cutlass M=12",
                                     "tier SPLIT_K=8 M=20", "tier SPLIT_K=1 M=5"]
     assert dispatch["compiled_frames"] == 1
-    assert dispatch["built"] == "built"
+    assert dispatch["built"] == {"fused_input_quant": False}
+
+
+def test_fused_input_quant_gives_the_tier_the_bf16_input_and_cutlass_a_quantized_one(dispatch):
+    assert dispatch["fused_built"] == {"fused_input_quant": True}
+    assert dispatch["fused_calls"] == ["tier SPLIT_K=1 M=1 torch.bfloat16 input",
+                                       "tier SPLIT_K=1 M=8 torch.bfloat16 input",
+                                       "quant M=9 group 128 column-major", "cutlass M=9"]
+    assert dispatch["unfused_calls"] == ["tier SPLIT_K=1 M=1"]  # quantized by vLLM's QuantFP8 before the op
+    assert "'fused_input_quant' must be true or false" in dispatch["bad_fused_flag"]["error"]
 
 
 @pytest.mark.parametrize("case", ["switch_off", "batch_invariant"])

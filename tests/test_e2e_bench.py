@@ -8,6 +8,7 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -353,7 +354,7 @@ def test_each_image_arm_switches_one_setting_of_the_table_and_no_arm_inherits_a_
     from serving.settings import TABLE
 
     switched = {key: value for arm in models.IMAGE_ARM_SETTINGS.values() for key, value in arm.items()}
-    assert len(switched) == len(models.IMAGE_ARM_SETTINGS) - 1  # one each, "image" none
+    assert len(switched) == len(models.IMAGE_ARM_SETTINGS) - 2  # one each; "image" and "image-candidates" none
     names = {n for key in switched for n in (*TABLE[key].env_names, TABLE[key].engine_env) if n}
     for name in names:
         monkeypatch.setenv(name, "1")
@@ -368,6 +369,31 @@ def test_each_image_arm_switches_one_setting_of_the_table_and_no_arm_inherits_a_
             plan = _image_launch_plan(env)  # the GPU build's defaults (gpu_build), which the arms run with
             assert {key: getattr(plan.settings, key) for key in switched} == {
                 key: own.get(key, TABLE[key].default) for key in switched}, arm
+
+
+def test_the_candidates_arm_serves_configs_with_the_candidate_files_laid_over_them(tmp_path, monkeypatch):
+    """image-candidates: the image with --candidate-configs' files over the image's configs (a file of the same name
+    replaced, the others kept); refused without a folder of files."""
+    shipped = tmp_path / "shipped"
+    candidates = tmp_path / "candidates"
+    for folder, names in ((shipped, ("a.json", "b.json")), (candidates, ("b.json", "c.json"))):
+        folder.mkdir()
+        for name in names:
+            (folder / name).write_text(json.dumps({"from": folder.name}))
+    monkeypatch.setenv("LMI_CONFIGS_DIR", str(shipped))  # as the H200 session sets it after a tune
+    m = next(m for m in models.MODELS if m.name == "qwen3-235b-ep8-block")
+    assert "image-candidates" in m.arms and "image-candidates" in models.MEASURED_ARMS
+    cfg = replace(_bench_config(tmp_path), candidate_configs=candidates, arms=("stock", "image", "image-candidates"))
+    assert cli.missing_runtimes(cfg) == []
+    _, env = servers.server_command(cfg, m, "image-candidates", tmp_path / "model", 8002)
+    served = Path(env["LMI_CONFIGS_DIR"])
+    assert {f.name: json.loads(f.read_text())["from"] for f in served.glob("*.json")} == {
+        "a.json": "shipped", "b.json": "candidates", "c.json": "candidates"}
+    _, image_env = servers.server_command(cfg, m, "image", tmp_path / "model", 8002)
+    assert image_env.get("LMI_CONFIGS_DIR") == str(shipped)
+    for given in (None, tmp_path / "empty"):
+        problems = cli.missing_runtimes(replace(cfg, candidate_configs=given))
+        assert problems and "--arms image-candidates: --candidate-configs DIR must name a folder" in problems[0]
 
 
 def test_results_pool_the_235b_shard_over_runs_3_4_and_6_as_the_tool_prints():

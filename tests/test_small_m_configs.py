@@ -51,3 +51,22 @@ def test_from_a_decode_gemm_bench_only_the_wins_are_kept(tmp_path):
     assert list(body) == ["triton_version", "1", "8", "16", "32"]
     made = make(bench_json, tmp_path / "upto8", "--max-tokens", "8")
     assert json.loads((tmp_path / "upto8" / made[0]).read_text()) == {"triton_version": "3.7.0", "1": None, "8": config}
+
+
+def test_a_fused_input_quant_shape_is_judged_against_quantization_plus_cutlass(tmp_path):
+    config = dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=32, BLOCK_SIZE_K=128, SPLIT_K=1, num_warps=4, num_stages=3)
+
+    def case(m, plain, fused):
+        return {"n": 4096, "k": 1024, "m": m, "best_split_k_config": config,
+                "ratio": {"triton split-K": plain, small_m_configs.FUSED_RATIO: fused}}
+
+    bench_json = tmp_path / "decode_gemm.json"
+    bench_json.write_text(json.dumps({"device": "NVIDIA H200", "triton": "3.7.1", "cases": {
+        "dense o M=1": case(1, [1.1, 1.05, 1.15], [0.8, 0.75, 0.9]),  # loses on fp8 input, wins quantizing it
+        "dense o M=8": case(8, [0.7, 0.6, 0.8], [1.02, 0.98, 1.05])}}))  # the opposite: CUTLASS
+    made = make(bench_json, tmp_path / "out", "--fused-input-quant", "4096x1024")
+    assert json.loads((tmp_path / "out" / made[0]).read_text()) == {
+        "triton_version": "3.7.1", "fused_input_quant": True, "1": config}
+    plain = make(bench_json, tmp_path / "plain")
+    assert json.loads((tmp_path / "plain" / plain[0]).read_text()) == {"triton_version": "3.7.1", "1": None,
+                                                                        "8": config}

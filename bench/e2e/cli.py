@@ -9,7 +9,8 @@ from pathlib import Path
 
 from . import __doc__ as DESCRIPTION
 from .config import PEER_RUNTIMES, Config
-from .models import ARMS, CPU_CHECK, DEFAULT_LAYERS, MODELS, PEER_ARMS, chosen_models, parse_layers, with_layers
+from .models import (ARMS, CANDIDATES_ARM, CPU_CHECK, DEFAULT_LAYERS, MODELS, PEER_ARMS, chosen_models, parse_layers,
+                     with_layers)
 from .report import summarize
 from .run import run
 from .workload import LATENCY_CONCURRENCY, THROUGHPUT_CONCURRENCY
@@ -61,6 +62,9 @@ def parser() -> argparse.ArgumentParser:
                    help="after the bench's own repetitions, N more of every measured arm by vLLM's own client "
                         "(vllm bench serve, the image's Python) at the same concurrencies and lengths; e2e.md "
                         "sets its ratios beside the bench's own (default 0: none)")
+    p.add_argument("--candidate-configs", type=Path, default=d("candidate_configs"), metavar="DIR",
+                   help="config files (fused-MoE or small-M) laid over configs/ for the image-candidates arm, "
+                        "e.g. bench/data/h200_block_17/small_m_candidates; --arms image-candidates needs it")
     return p
 
 
@@ -75,6 +79,9 @@ def missing_runtimes(cfg: Config) -> list[str]:
             problems.append(f"--arms {arm}: its runtime is not given; {option} PY names the Python of {what}")
         elif not (Path(py).is_file() and os.access(py, os.X_OK)):
             problems.append(f"--arms {arm}: {option} {py} is not a program here ({what})")
+    if CANDIDATES_ARM in cfg.arms and not (cfg.candidate_configs and list(cfg.candidate_configs.glob("*.json"))):
+        problems.append(f"--arms {CANDIDATES_ARM}: --candidate-configs DIR must name a folder of config files "
+                        f"(given: {cfg.candidate_configs})")
     return problems
 
 

@@ -46,6 +46,7 @@ class Config:
     profile_tokens: int | None = None  # output tokens of a profile window's requests; None: out_tokens
     clients: tuple[int, ...] | None = None  # None: every concurrency
     cross_check: int = 0  # repetitions of the cross-check with vLLM's own client (crosscheck); 0: none
+    candidate_configs: Path | None = None  # config files laid over configs/ for the image-candidates arm
 
     @classmethod
     def from_args(cls, ns: argparse.Namespace) -> "Config":

@@ -62,8 +62,9 @@ def parse_layers(tokens: list[str], models: list[str]) -> dict[str, int]:
 # quantization of the MoE inputs: patch 0006), "image-vllm-topk" (vLLM's topk_softmax op for the router: patch
 # 0007), "image-eager-prefill" (vLLM's own CUDA-graph sizes, every step above them eager: option.cuda_graph_max_tokens
 # 0, serving/cuda_graphs.py), "image-bf16-router" (the model's bf16 router logits, cuBLAS's gate: patch 0009),
-# "image-cutlass-dense" (CUTLASS for every block-FP8 dense GEMM, no small-M Triton tier: patch 0010). Not
-# measured, started for what their logs say:
+# "image-cutlass-dense" (CUTLASS for every block-FP8 dense GEMM, no small-M Triton tier: patch 0010), and
+# "image-candidates" (the image with the files of --candidate-configs laid over configs/: how a config file not yet
+# shipped is gated beside the image). Not measured, started for what their logs say:
 # "stock-debug" (stock at VLLM_LOGGING_LEVEL=DEBUG: why each MoE backend ahead of the chosen one was rejected) and
 # "stock-no-nvcc" (stock with nvcc off PATH and CUDA_HOME, as in the image's runtime base: what FlashInfer's JIT
 # does there). A static-scale stock start compiles FlashInfer's fused_moe_90 for over 12 minutes on an H200: give
@@ -76,6 +77,7 @@ IMAGE_ARM_SETTINGS: dict[str, dict[str, object]] = {
     "image-eager-prefill": {"cuda_graph_max_tokens": 0},
     "image-bf16-router": {"moe_router_fp32_logits": False},
     "image-cutlass-dense": {"block_fp8_small_m_triton": False},
+    "image-candidates": {},  # its configs_dir is made per run (servers.candidate_configs_dir)
 }
 # The peers a user would pick instead of the image, each from a runtime of its own (bench/e2e/servers.py PEERS says
 # which settings of theirs match which of vLLM's, and why): "sglang" (SGLang 0.5.21's own server, its default MoE
@@ -83,8 +85,9 @@ IMAGE_ARM_SETTINGS: dict[str, dict[str, object]] = {
 # has them; a run starts them only when --arms names them, and refuses them unless their runtime is given
 # (--sglang-python, --vllm-latest-python).
 PEER_ARMS = ("sglang", "vllm-latest")
+CANDIDATES_ARM = "image-candidates"
 MEASURED_ARMS = ("stock", "image", "image-stock-order", "image-vllm-quant", "image-vllm-topk", "image-eager-prefill",
-                 "image-bf16-router", "image-cutlass-dense", *PEER_ARMS)
+                 "image-bf16-router", "image-cutlass-dense", CANDIDATES_ARM, *PEER_ARMS)
 # Block FP8: the linear layers on vLLM's prebuilt CUTLASS block-scaled kernel in both arms, so that only the MoE
 # path differs. vLLM's default there is FlashInfer's DeepGEMM kernel, which the image builds with nvcc at start and
 # stock follows with DeepGEMM's JIT warm-up of 512 shapes (42-48 minutes on an H200 by its own estimate), beyond
@@ -102,7 +105,8 @@ MODELS = tuple(replace(m, arms=(*m.arms, *PEER_ARMS)) for m in (
           ("stock", "image", "image-vllm-quant", "image-vllm-topk")),
     # The official block-FP8 checkpoints as vLLM's recipes deploy them: one expert-parallel rank, or one TP4 rank.
     Model("qwen3-235b-ep8-block", "qwen3-235b-a22b-ep8", "block",
-          ("stock", "image", "image-vllm-topk", "image-eager-prefill", "image-bf16-router", "image-cutlass-dense"),
+          ("stock", "image", "image-vllm-topk", "image-eager-prefill", "image-bf16-router", "image-cutlass-dense",
+           "image-candidates"),
           engine_args=BLOCK_FP8_ENGINE_ARGS),
     Model("qwen3-coder-480b-ep8-block", "qwen3-coder-480b-a35b-ep8", "block", engine_args=BLOCK_FP8_ENGINE_ARGS),
     Model("deepseek-v3-ep8-block", "deepseek-v3-ep8", "block", engine_args=BLOCK_FP8_ENGINE_ARGS),
@@ -113,8 +117,9 @@ MODELS = tuple(replace(m, arms=(*m.arms, *PEER_ARMS)) for m in (
 # only (the peers' runtimes are GPU builds).
 CPU_CHECK = Model("tiny-cpu", "", "")
 ARMS = tuple(sorted({arm for m in MODELS for arm in m.arms}))
-# What --arms starts when not given: every arm but the peers, whose runtimes a run must be given.
-DEFAULT_ARMS = tuple(a for a in ARMS if a not in PEER_ARMS)
+# What --arms starts when not given: every arm but the peers and the candidates arm, which need their runtime or
+# their files given.
+DEFAULT_ARMS = tuple(a for a in ARMS if a not in (*PEER_ARMS, CANDIDATES_ARM))
 
 
 def chosen_models(names: list[str]) -> list[Model]:

@@ -14,7 +14,7 @@ from serving.settings import TABLE, to_environment
 from tools.launcher_process import Server, free_port, spawn
 
 from .config import Config
-from .models import IMAGE_ARM_SETTINGS, PEER_ARMS, Model
+from .models import CANDIDATES_ARM, IMAGE_ARM_SETTINGS, PEER_ARMS, Model
 
 JIT_WARNING = "JIT compilation during inference"
 MAX_NUM_SEQS = 128
@@ -201,8 +201,10 @@ def server_command(cfg: Config, model: Model, arm: str, model_dir: Path, port: i
             env.pop(k, None)
     args = engine_args(cfg, model, name)
     if arm in IMAGE_ARM_SETTINGS:
-        env.update(to_environment({"model_id": str(model_dir), "host": "127.0.0.1", "port": port,
-                                   **IMAGE_ARM_SETTINGS[arm],
+        settings = dict(IMAGE_ARM_SETTINGS[arm])
+        if arm == CANDIDATES_ARM:
+            settings["configs_dir"] = str(candidate_configs_dir(cfg))
+        env.update(to_environment({"model_id": str(model_dir), "host": "127.0.0.1", "port": port, **settings,
                                    **{k.replace("-", "_"): v for k, v in args.items()}}))
         env.update({"SERVING_PYTHON": cfg.image_python, "SERVING_MODEL_DIR": str(cfg.work / "no-model-dir")})
         cmd = [str(ROOT / "entrypoint.sh"), "serve"]
@@ -227,6 +229,19 @@ def server_command(cfg: Config, model: Model, arm: str, model_dir: Path, port: i
         cmd = [cfg.image_python, "-m", "vllm.entrypoints.cli.main", "serve", str(model_dir),
                "--host", "127.0.0.1", "--port", str(port), *_flags(args)]
     return cmd, env
+
+
+def candidate_configs_dir(cfg: Config) -> Path:
+    """The image-candidates arm's configs folder: the image's configs (LMI_CONFIGS_DIR where the session set it,
+    else configs/) with the files of --candidate-configs laid over them, a file of the same name replaced."""
+    folder = cfg.work / "candidate-configs"
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("*.json"):
+        old.unlink()
+    for source in (Path(os.environ.get("LMI_CONFIGS_DIR") or ROOT / "configs"), cfg.candidate_configs):
+        for f in sorted(source.glob("*.json")) if source else ():
+            (folder / f.name).write_bytes(f.read_bytes())
+    return folder
 
 
 def start_server(cfg: Config, model: Model, arm: str, model_dir: Path) -> Server:
