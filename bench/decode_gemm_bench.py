@@ -41,6 +41,7 @@ from pathlib import Path
 import torch
 
 from bench.cuda_graph_timing import CALLS, REPS, graph_of, in_turn, time_us
+from serving.paths import CONFIGS_DIR
 
 BLOCK = 128
 # The checkpoints' full routers (hidden, experts): what each deployment runs on every rank.
@@ -253,7 +254,7 @@ def main() -> int:
     if not torch.cuda.is_available():
         raise SystemExit("decode_gemm_bench: no CUDA device here; it times GPU kernels")
     # the image's call reads the small-M files where the launcher points vLLM: configs/
-    os.environ.setdefault("VLLM_TUNED_CONFIG_FOLDER", str(Path(__file__).resolve().parents[1] / "configs"))
+    os.environ.setdefault("VLLM_TUNED_CONFIG_FOLDER", str(CONFIGS_DIR))
     torch.manual_seed(0)
     router_tokens = (1, 8, 16) if a.quick else ROUTER_TOKENS
     dense_tokens = (1, 8, 32) if a.quick else DENSE_TOKENS

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from serving.paths import ROOT
+from serving.paths import CONFIGS_DIR, ROOT
 from serving.settings import TABLE, to_environment
 from tools.launcher_process import Server, free_port, spawn
 
@@ -238,7 +238,7 @@ def candidate_configs_dir(cfg: Config) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     for old in folder.glob("*.json"):
         old.unlink()
-    for source in (Path(os.environ.get("LMI_CONFIGS_DIR") or ROOT / "configs"), cfg.candidate_configs):
+    for source in (Path(os.environ.get("LMI_CONFIGS_DIR") or CONFIGS_DIR), cfg.candidate_configs):
         for f in sorted(source.glob("*.json")) if source else ():
             (folder / f.name).write_bytes(f.read_bytes())
     return folder
