@@ -18,7 +18,10 @@
 #                                               # profiler windows (at 94 layers a one-client window is
 #                                               # about a million GPU events to write and parse), E2E_ARGS,
 #                                               # PEERS="sglang vllm-latest": the peers' runtimes too (peers)
-#                                               # and the bench told their Pythons
+#                                               # and the bench told their Pythons; SMALL_M_CANDIDATES (with
+#                                               # GEMMS=first; may be empty): small-M files from that bench
+#                                               # (bench.small_m_configs, these its flags) for the
+#                                               # image-candidates arm of the same run
 #   tools/h200_session.sh peers                 # the peer arms' runtimes (PEERS, default both) from their
 #                                               # staged parts, each a venv beside $GPU_VENV (make gpu-venv first)
 #   tools/h200_session.sh collect               # copy what is done so far into $OUT
@@ -118,6 +121,18 @@ all)
             || echo "decode GEMM bench failed or ran past 300 s"
     }
     [ "${GEMMS:-1}" = first ] && decode_gemms
+    if [ -n "${SMALL_M_CANDIDATES+set}" ]; then
+        # this lease's small-M files, gated in the same run: SMALL_M_CANDIDATES holds bench.small_m_configs' flags
+        # (e.g. "--fused-input-quant 6144x12288"); the image-candidates arm serves them (needs GEMMS=first)
+        step "small-M candidate files from the decode GEMM bench, for the image-candidates arm"
+        if "$GPU_VENV/bin/python" -m bench.small_m_configs --from "$RES/decode/decode_gemm.json" \
+                --out "$RES/candidates" $SMALL_M_CANDIDATES && compgen -G "$RES/candidates/*.json" > /dev/null; then
+            E2E_ARGS="${E2E_ARGS:-} --candidate-configs $RES/candidates"
+        else
+            echo "no small-M candidate files: image-candidates is taken out of E2E_ARGS for this run"
+            E2E_ARGS=$(echo " ${E2E_ARGS:-} " | sed "s/ image-candidates / /g")
+        fi
+    fi
     if [ -d "$RES/kernels" ]; then
         step "waiting for the config tune (its GPU timings must not share the GPU)"
         while [ ! -f "$RES/kernels/DONE" ] && pgrep -f "h200_session.sh tun[e]" > /dev/null; do sleep 5; done
@@ -157,7 +172,7 @@ collect)
     for f in e2e.md e2e.json; do [ -f "$RES/e2e/$f" ] && cp "$RES/e2e/$f" "$OUT/"; done
     [ -d "$RES/kernels" ] && tar -czf "$OUT/kernels.tar.gz" -C "$RES" --exclude kernels/configs kernels
     # the kernel benches' tables and data in one file: at most 8 files come back from a call
-    benches=$(cd "$RES" && ls quant/fp8_quant.* router/router_topk.* decode/decode_gemm.* 2>/dev/null)
+    benches=$(cd "$RES" && ls -d quant/fp8_quant.* router/router_topk.* decode/decode_gemm.* candidates 2>/dev/null)
     [ -n "$benches" ] && tar -czf "$OUT/kernel-benches.tar.gz" -C "$RES" $benches
     [ -d "$RES/e2e/logs" ] && tar -czf "$OUT/e2e-logs.tar.gz" -C "$RES/e2e" logs
     # the servers' logs while they run, and the cross-check client's report (bench/e2e/crosscheck.py)
@@ -180,6 +195,6 @@ stop)
     nvidia-smi --query-gpu=memory.used --format=csv,noheader
     ;;
 *)
-    sed -n 2,22p "$0"; exit 2
+    sed -n 2,28p "$0"; exit 2
     ;;
 esac
