@@ -396,6 +396,26 @@ def test_the_candidates_arm_serves_configs_with_the_candidate_files_laid_over_th
         assert problems and "--arms image-candidates: --candidate-configs DIR must name a folder" in problems[0]
 
 
+def test_an_arm_none_of_the_chosen_models_has_is_refused_before_anything_starts(tmp_path, capsys):
+    """--arms names arms; one that no chosen model has would be left out in silence (the Coder shard once lacked
+    image-candidates and a lease measured without it), so it is refused. Every GPU model has the candidates arm."""
+    assert all(models.CANDIDATES_ARM in m.arms for m in models.MODELS)
+    base = ["--stock-site", str(tmp_path), "--models-dir", str(tmp_path / "m"), "--out", str(tmp_path / "o"),
+            "--work", str(tmp_path / "w")]
+    with pytest.raises(SystemExit) as e:
+        cli.main(base + ["--models", "qwen3-coder-480b-ep8-block", "deepseek-v3-ep8-block",
+                         "--arms", "stock", "image", "image-vllm-quant"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "--arms image-vllm-quant: none of the chosen models" in err
+    assert "qwen3-coder-480b-ep8-block, deepseek-v3-ep8-block" in err
+    assert not (tmp_path / "o").exists() and not (tmp_path / "m").exists()
+    coder = [m for m in models.MODELS if m.name == "qwen3-coder-480b-ep8-block"]
+    given = Config.from_args(cli.parser().parse_args(base + ["--arms", "stock", "image", "image-candidates"]))
+    assert cli.arms_no_model_has(given, coder) == []
+    # the default arms are every model's own: never refused
+    assert cli.arms_no_model_has(Config.from_args(cli.parser().parse_args(base)), coder) == []
+
+
 def test_results_pool_the_235b_shard_over_runs_3_4_and_6_as_the_tool_prints():
     from bench import e2e_pool
 

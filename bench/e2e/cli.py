@@ -9,8 +9,8 @@ from pathlib import Path
 
 from . import __doc__ as DESCRIPTION
 from .config import PEER_RUNTIMES, Config
-from .models import (ARMS, CANDIDATES_ARM, CPU_CHECK, DEFAULT_LAYERS, MODELS, PEER_ARMS, chosen_models, parse_layers,
-                     with_layers)
+from .models import (ARMS, CANDIDATES_ARM, CPU_CHECK, DEFAULT_LAYERS, MODELS, PEER_ARMS, Model, chosen_models,
+                     parse_layers, with_layers)
 from .report import summarize
 from .run import run
 from .workload import LATENCY_CONCURRENCY, THROUGHPUT_CONCURRENCY
@@ -85,6 +85,16 @@ def missing_runtimes(cfg: Config) -> list[str]:
     return problems
 
 
+def arms_no_model_has(cfg: Config, chosen: list[Model]) -> list[str]:
+    """An arm that --arms names and none of the chosen models has would be left out in silence: it is refused.
+    (An arm some chosen models lack is left out of those; the run's log names it per model.)"""
+    if cfg.arms == Config.default("arms"):
+        return []
+    offered = {arm for m in chosen for arm in m.arms}
+    return [f"--arms {arm}: none of the chosen models ({', '.join(m.name for m in chosen)}) has this arm; "
+            f"their arms: {', '.join(sorted(offered))}" for arm in cfg.arms if arm not in offered]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = parser()
     cfg = Config.from_args(p.parse_args(argv))
@@ -95,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     for problem in missing_runtimes(cfg):
         p.error(problem)
     chosen = chosen_models(list(cfg.models))
+    for problem in arms_no_model_has(cfg, chosen):
+        p.error(problem)
     for m in chosen:
         if not m.preset and depth[m.name] != DEFAULT_LAYERS:
             p.error(f"--layers: {m.name} is the embedded model, its depth is fixed; give the others' as MODEL=N")

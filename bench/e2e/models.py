@@ -81,9 +81,8 @@ IMAGE_ARM_SETTINGS: dict[str, dict[str, object]] = {
 }
 # The peers a user would pick instead of the image, each from a runtime of its own (bench/e2e/servers.py PEERS says
 # which settings of theirs match which of vLLM's, and why): "sglang" (SGLang 0.5.21's own server, its default MoE
-# runner) and "vllm-latest" (stock vLLM 0.34.0 on torch 2.14, with the stock arm's engine flags). Every GPU model
-# has them; a run starts them only when --arms names them, and refuses them unless their runtime is given
-# (--sglang-python, --vllm-latest-python).
+# runner) and "vllm-latest" (stock vLLM 0.34.0 on torch 2.14, with the stock arm's engine flags). A run refuses
+# them unless their runtime is given (--sglang-python, --vllm-latest-python).
 PEER_ARMS = ("sglang", "vllm-latest")
 CANDIDATES_ARM = "image-candidates"
 MEASURED_ARMS = ("stock", "image", "image-stock-order", "image-vllm-quant", "image-vllm-topk", "image-eager-prefill",
@@ -93,7 +92,8 @@ MEASURED_ARMS = ("stock", "image", "image-stock-order", "image-vllm-quant", "ima
 # stock follows with DeepGEMM's JIT warm-up of 512 shapes (42-48 minutes on an H200 by its own estimate), beyond
 # one session's device time.
 BLOCK_FP8_ENGINE_ARGS = (("linear-backend", "cutlass"),)
-MODELS = tuple(replace(m, arms=(*m.arms, *PEER_ARMS)) for m in (
+# Every GPU model has the candidates arm and the peers; a run starts them only when --arms names them.
+MODELS = tuple(replace(m, arms=(*m.arms, CANDIDATES_ARM, *PEER_ARMS)) for m in (
     Model("qwen3-235b-tp8-tensor", "qwen3-235b-a22b-tp8", "tensor",
           ("stock", "image", "image-vllm-quant", "image-vllm-topk", "image-eager-prefill", "stock-debug")),
     # Static activation scales: the only per-tensor checkpoints FlashInfer CUTLASS MoE accepts, so
@@ -105,8 +105,7 @@ MODELS = tuple(replace(m, arms=(*m.arms, *PEER_ARMS)) for m in (
           ("stock", "image", "image-vllm-quant", "image-vllm-topk")),
     # The official block-FP8 checkpoints as vLLM's recipes deploy them: one expert-parallel rank, or one TP4 rank.
     Model("qwen3-235b-ep8-block", "qwen3-235b-a22b-ep8", "block",
-          ("stock", "image", "image-vllm-topk", "image-eager-prefill", "image-bf16-router", "image-cutlass-dense",
-           "image-candidates"),
+          ("stock", "image", "image-vllm-topk", "image-eager-prefill", "image-bf16-router", "image-cutlass-dense"),
           engine_args=BLOCK_FP8_ENGINE_ARGS),
     Model("qwen3-coder-480b-ep8-block", "qwen3-coder-480b-a35b-ep8", "block", engine_args=BLOCK_FP8_ENGINE_ARGS),
     Model("deepseek-v3-ep8-block", "deepseek-v3-ep8", "block", engine_args=BLOCK_FP8_ENGINE_ARGS),

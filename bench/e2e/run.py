@@ -48,6 +48,9 @@ class Run:
         t0 = time.monotonic()
         model_dir = make_model(m, cfg.models_dir)
         log(f"model {m.name}: {time.monotonic() - t0:.0f} s")
+        lacks = [arm for arm in cfg.arms if arm not in m.arms]
+        if m.preset and lacks and cfg.arms != Config.default("arms"):
+            log(f"{m.name}: has no arm {', '.join(lacks)} (its arms: {', '.join(m.arms)}); those are not run on it")
         group = {arm: start_server(cfg, m, arm, model_dir) for arm in m.arms if arm in cfg.arms or not m.preset}
         try:
             wait_ready(list(group.values()), cfg.ready_timeout, report=log)
