@@ -31,6 +31,14 @@ def test_headline_figures_are_the_recorded_run_9():
         assert 1.192 <= round(min(one), 3) and round(max(one), 3) <= 1.208  # "every paired ratio within 1.192-1.208"
 
 
+def test_the_coder_ep8_figures_are_the_recorded_run_18():
+    res = json.loads((ROOT / "bench" / "data" / "h200_block_18" / "e2e.json").read_text())
+    headline = PAGE.split("## Goals")[0]
+    for clients in ("1", "8", "32"):
+        ratios = paired_ratios([res], "qwen3-coder-480b-ep8-block@36L", "throughput", "tok_s", clients)
+        assert len(ratios) == 4 and f"**{statistics.median(ratios):.3f}x**" in headline, clients
+
+
 def test_index_names_every_run_of_the_archive_and_its_data():
     index = PAGE.split("## Index of runs")[1]
     runs = re.findall(r"^### Run (\d+)\b", ARCHIVE, re.M)

@@ -12,6 +12,7 @@ from bench import small_m_configs
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_17 = ROOT / "bench" / "data" / "h200_block_17" / "decode" / "decode_gemm.json"
+RUN_18 = ROOT / "bench" / "data" / "h200_block_18"
 
 
 def make(source: Path, out: Path, *args: str) -> list[str]:
@@ -27,6 +28,18 @@ def test_shipped_files_reproduce_from_run_17(tmp_path):
     assert made == shipped and made
     for name in made:
         assert (tmp_path / name).read_bytes() == (ROOT / "configs" / name).read_bytes(), name
+
+
+def test_run_18s_candidate_files_are_what_its_lease_made_from_its_decode_bench(tmp_path):
+    """tools/h200_session.sh SMALL_M_CANDIDATES wrote them on the H200 from the same decode_gemm.json."""
+    made = make(RUN_18 / "decode" / "decode_gemm.json", tmp_path,
+                "--fused-input-quant", "6144x12288", "4096x1024", "7168x2048")
+    recorded = sorted(p.name for p in (RUN_18 / "small_m_candidates").glob("*.json"))
+    assert made == recorded and len(made) == 6
+    for name in made:
+        assert (tmp_path / name).read_bytes() == (RUN_18 / "small_m_candidates" / name).read_bytes(), name
+    coder_o_proj = json.loads((tmp_path / small_m_configs.file_name(6144, 12288)).read_text())
+    assert coder_o_proj["fused_input_quant"] is True and coder_o_proj["1"] is None and coder_o_proj["8"]
 
 
 def test_from_a_decode_gemm_bench_only_the_wins_are_kept(tmp_path):
