@@ -416,6 +416,31 @@ def test_an_arm_none_of_the_chosen_models_has_is_refused_before_anything_starts(
     assert cli.arms_no_model_has(Config.from_args(cli.parser().parse_args(base)), coder) == []
 
 
+def test_each_servers_autotuner_picks_are_recorded_and_the_ones_that_differ_between_arms_are_reported(tmp_path):
+    """Run 17's servers' Inductor caches (inductor-kernels.tar.gz): the arms compiled the same Q/K norm + RoPE kernel
+    (triton_red_fused_1) and the autotuner picked R0_BLOCK 128 for stock, 64 for both image arms; the report names it
+    and leaves out the kernels every arm picked alike."""
+    import tarfile
+    with tarfile.open(ROOT / "bench" / "data" / "h200_block_17" / "inductor-kernels.tar.gz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    homes = sorted((tmp_path / "homes").iterdir())
+    assert [h.name.rpartition(".")[2] for h in homes] == ["image", "image-fp32-router", "stock"]
+    recorded = {"servers": {h.name: {"inductor_picks": servers.inductor_picks(h)} for h in homes}}
+    qk = {h.name.rpartition(".")[2]: next(p["config"] for p in recorded["servers"][h.name]["inductor_picks"].values()
+                                          if p["kernel"] == "triton_red_fused_1") for h in homes}
+    assert qk["stock"]["R0_BLOCK"] == 128 and qk["image"]["R0_BLOCK"] == qk["image-fp32-router"]["R0_BLOCK"] == 64
+    table = report.autotune_table(recorded)
+    row = next(r for r in table if "| triton_red_fused_1 |" in r)
+    assert "stock: XBLOCK 2, R0_BLOCK 128" in row and "image: XBLOCK 2, R0_BLOCK 64" in row
+    alike = {src for src, p in recorded["servers"][homes[0].name]["inductor_picks"].items()
+             if all(h2["inductor_picks"].get(src, {}).get("config") == p["config"]
+                    for h2 in recorded["servers"].values())}
+    assert alike and not any(src in r for src in alike for r in table)
+    # a server without a compile cache (the CPU build, a peer) records none and adds no row
+    assert servers.inductor_picks(tmp_path / "no-home") == {}
+    assert report.autotune_table({"servers": {"m.stock": {"inductor_picks": {}}, "m.image": {}}}) == []
+
+
 def test_results_pool_the_235b_shard_over_runs_3_4_and_6_as_the_tool_prints():
     from bench import e2e_pool
 

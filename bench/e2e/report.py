@@ -2,6 +2,7 @@
 the cross-check's ratios beside the bench's own, GPU time by kernel class, each server's start."""
 from __future__ import annotations
 
+import json
 import statistics
 
 from .crosscheck import CLIENT
@@ -54,6 +55,27 @@ def step_table(results: dict) -> list[str]:
         return []
     return ["", "| model | arm | clients | step (requests(tokens) prefilled, decoded) | steps | GPU ms each | "
             "host ms each |", "|---|---|---|---|---|---|---|"] + rows
+
+
+def autotune_table(results: dict) -> list[str]:
+    """Generated kernels (the same source) for which the servers of one model recorded different autotuner picks
+    (servers.inductor_picks): a difference between arms that none of their settings made."""
+    by_model: dict[str, dict[str, dict]] = {}
+    for name, s in results["servers"].items():
+        by_model.setdefault(name.rpartition(".")[0], {})[name.rpartition(".")[2]] = s.get("inductor_picks") or {}
+    rows = []
+    for model, arms in by_model.items():
+        for source in sorted({src for picks in arms.values() for src in picks}):
+            seen = {arm: picks[source] for arm, picks in arms.items() if source in picks}
+            if len(seen) > 1 and len({json.dumps(p["config"], sort_keys=True) for p in seen.values()}) > 1:
+                kernel = next(iter(seen.values()))["kernel"]
+                cells = "; ".join(f"{arm}: " + ", ".join(f"{k} {v}" for k, v in p["config"].items())
+                                  for arm, p in seen.items())
+                rows.append(f"| {model} | {kernel} | {source} | {cells} |")
+    if not rows:
+        return []
+    return ["", "| model | generated kernel, picked differently by the autotuner | source hash | each server's pick |",
+            "|---|---|---|---|"] + rows
 
 
 def paired_ratios(runs: list[dict], model: str, kind: str, metric: str, clients: str,
@@ -172,6 +194,7 @@ def summarize(results: dict) -> str:
     out += cross_check_table(results)
     out += profile_table(results)
     out += step_table(results)
+    out += autotune_table(results)
     out += ["", "| server | start to ready (s): /ping 200, SGLang /health 200 | first request TTFT (ms) | JIT warnings "
             "| FlashInfer JIT builds | prefix-cache hits (tokens found of looked up, after the repetitions) |",
             "|---|---|---|---|---|---|"]

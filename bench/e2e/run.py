@@ -13,7 +13,7 @@ from .config import Config
 from .crosscheck import cross_check, plan
 from .models import MEASURED_ARMS, Model, make_model
 from .report import summarize
-from .servers import log_facts, start_server
+from .servers import inductor_picks, log_facts, start_server
 from .traces import profile, profile_steps
 from .workload import (THROUGHPUT_CONCURRENCY, Workload, completion_body,
                        first_pass, prefix_cache_tokens, repetition_start, request_json, requests_for, streamed, sweep)
@@ -37,7 +37,8 @@ class Run:
         (self.cfg.out / "e2e.md").write_text(summarize(self.results))
 
     def record_facts(self, s: Server) -> None:
-        self.results["servers"].setdefault(s.name, {}).update(log_facts(s), **self.facts.get(s.name, {}))
+        self.results["servers"].setdefault(s.name, {}).update(
+            log_facts(s), inductor_picks=inductor_picks(self.cfg.home(s.name)), **self.facts.get(s.name, {}))
 
     def model(self, m: Model) -> None:
         """One model: its arms start together (their start times side by side under the same load), are

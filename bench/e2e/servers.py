@@ -3,6 +3,7 @@ server, the peers from runtimes of their own), its start (tools/launcher_process
 what its log says."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -254,6 +255,37 @@ def start_server(cfg: Config, model: Model, arm: str, model_dir: Path) -> Server
     cwd = cfg.home(name) if arm in PEER_ARMS else ROOT
     return spawn(cmd, env, cfg.log_path(name), port, name=name, model=str(model_dir), cwd=cwd,
                  ready_path=READY_PATH.get(arm, "/ping"))
+
+
+# The Triton config Inductor's autotuner picked for each of a server's generated kernels, as its cache holds it
+# (inductor_cache/<xx>/<hash>.py beside the pick, <key>.best_config). A kernel is known by its source up to the
+# benchmark harness Inductor appends (`def get_args`, whose byte count differs between servers whose graphs saw other
+# sizes). Two servers that compiled the same kernel may pick differently: the autotuner times each candidate at the first call, and the arms of a model start
+# together on one GPU, so one server's timing can run beside another's work. A pick that is slower at decode sizes
+# costs every step (run 15: triton_red_fused_1 4.2 against 1.8 µs a layer).
+PICK_KEYS = ("XBLOCK", "YBLOCK", "R0_BLOCK", "R1_BLOCK", "num_warps", "num_stages")
+KERNEL_NAME = re.compile(r"'kernel_name': '(triton_\w+)'")  # an unnamed copy says 'Placeholder.DESCRIPTIVE_NAME'
+SIZE_HINTS = re.compile(r"size_hints=(\{[^}]*\})")
+
+
+def inductor_picks(home: Path) -> dict[str, dict]:
+    """Per generated kernel (a hash of its source without the harness): its name and the config picked. A folder
+    holding several sources and one pick cannot say whose pick it is: left out."""
+    picks = {}
+    for best in sorted(home.glob(".cache/vllm/torch_compile_cache/**/inductor_cache/*/*.best_config")):
+        sources = sorted(best.parent.glob("*.py"))
+        if len(sources) != 1 or len(list(best.parent.glob("*.best_config"))) != 1:
+            continue
+        try:
+            config = json.loads(best.read_text())
+        except ValueError:
+            continue
+        text = sources[0].read_text(errors="replace")
+        name, hints = KERNEL_NAME.search(text), SIZE_HINTS.search(text)
+        kernel = hashlib.sha256(text.split("\ndef get_args(")[0].encode()).hexdigest()[:16]
+        picks[kernel] = {"kernel": name.group(1) if name else f"unnamed, size_hints {hints.group(1) if hints else '?'}",
+                         "config": {k: config[k] for k in PICK_KEYS if k in config}}
+    return picks
 
 
 def log_facts(s: Server) -> dict:
