@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Mapping
 
 from . import resolve
-from . import custom_code, cuda_graphs, deep_gemm
+from . import custom_code, cuda_graphs, deep_gemm, qk_norm_rope
 from .exit_codes import ExitCode
 from .paths import ROOT
 from .settings import Context, Settings, SettingValueError, parse_bool
@@ -244,9 +244,15 @@ def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
     if tp is not None and tp.raw.strip().lower() == "max":
         notes.append(f"tensor_parallel_size=max resolved to {tp.value} visible GPU(s)")
 
-    eager = res.entries.get("enforce_eager")
-    graphs, note = cuda_graphs.compilation_config(s.cuda_graph_max_tokens, res.entries, is_cpu_build(),
-                                                  eager is not None and _truthy(eager.raw))
+    eager_entry = res.entries.get("enforce_eager")
+    eager = eager_entry is not None and _truthy(eager_entry.raw)
+    # the compilation config handed to vLLM: the user's own, with what the launcher's settings add to it (None: as is)
+    compile_config, note = cuda_graphs.compilation_config(s.cuda_graph_max_tokens, res.entries, is_cpu_build(), eager)
+    if note:
+        notes.append(note)
+    fused, note = qk_norm_rope.compilation_config(s.qk_norm_rope_fusion, compile_config, res.entries, is_cpu_build(),
+                                                  eager)
+    compile_config = fused or compile_config
     if note:
         notes.append(note)
     no_deep_gemm, note = deep_gemm.engine_env(env, is_cpu_build())
@@ -258,11 +264,12 @@ def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
         if key == "model_id" or not r.flag or r.secret and r.setting is not None:
             continue
         try:
-            argv += vllm_args.argv(r.flag, graphs if graphs and key == "compilation_config" else str(r.value))
+            argv += vllm_args.argv(r.flag, compile_config if compile_config and key == "compilation_config"
+                                   else str(r.value))
         except SettingValueError as e:
             raise resolve.ConfigError(key, r.source, str(e)) from None
-    if graphs and "compilation_config" not in res.entries:
-        argv += vllm_args.argv(vllm_args.flag_for("compilation_config"), graphs)
+    if compile_config and "compilation_config" not in res.entries:
+        argv += vllm_args.argv(vllm_args.flag_for("compilation_config"), compile_config)
     argv += ["--middleware", LMI_MIDDLEWARE]
 
     engine_env = dict(env) | no_deep_gemm

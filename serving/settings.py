@@ -239,6 +239,11 @@ SETTINGS: tuple[Setting, ...] = (
             "split-K Triton tier for decode batches where configs/ holds a small-M file for the layer's shape "
             "(patch 0010).", parse=parse_bool, env=("LMI_BLOCK_FP8_SMALL_M_TRITON",),
             engine_env="LMI_BLOCK_FP8_SMALL_M_TRITON"),
+    Setting("qk_norm_rope_fusion", "true: vLLM's fused Q/K RMSNorm + RoPE CUDA kernel (its enable_qk_norm_rope_fusion "
+            "compilation pass) instead of the Triton kernel torch.compile generates for Qwen3-style attention, whose "
+            "block sizes Inductor's autotuner picks anew at each start (on the H200 the picks seen took 1.8 and 4.2 µs "
+            "a layer at decode sizes). Off until the engine bench measures it. Not applied on the CPU build, with "
+            "enforce_eager, or where compilation_config sets the pass.", parse=parse_bool, default=False),
     Setting("flashinfer_sampler", "FlashInfer's top-k/top-p sampler. Off by default: it is compiled with nvcc at the "
             "first start on every fresh host (minutes against the health-check timeout, and a failure where there is no "
             "nvcc); off, vLLM's own PyTorch sampler runs.", parse=parse_bool, default=False,
@@ -443,6 +448,7 @@ class Settings:
     moe_one_pass_topk: bool | None = None
     moe_router_fp32_logits: bool | None = None
     block_fp8_small_m_triton: bool | None = None
+    qk_norm_rope_fusion: bool = False
     flashinfer_sampler: bool = False
     port: int = 8080
     host: str = "0.0.0.0"

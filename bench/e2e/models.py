@@ -62,7 +62,8 @@ def parse_layers(tokens: list[str], models: list[str]) -> dict[str, int]:
 # quantization of the MoE inputs: patch 0006), "image-vllm-topk" (vLLM's topk_softmax op for the router: patch
 # 0007), "image-eager-prefill" (vLLM's own CUDA-graph sizes, every step above them eager: option.cuda_graph_max_tokens
 # 0, serving/cuda_graphs.py), "image-bf16-router" (the model's bf16 router logits, cuBLAS's gate: patch 0009),
-# "image-cutlass-dense" (CUTLASS for every block-FP8 dense GEMM, no small-M Triton tier: patch 0010), and
+# "image-cutlass-dense" (CUTLASS for every block-FP8 dense GEMM, no small-M Triton tier: patch 0010),
+# "image-qk-norm-rope" (vLLM's fused Q/K RMSNorm + RoPE kernel: option.qk_norm_rope_fusion, off in the image), and
 # "image-candidates" (the image with the files of --candidate-configs laid over configs/: how a config file not yet
 # shipped is gated beside the image). Not measured, started for what their logs say:
 # "stock-debug" (stock at VLLM_LOGGING_LEVEL=DEBUG: why each MoE backend ahead of the chosen one was rejected) and
@@ -77,6 +78,7 @@ IMAGE_ARM_SETTINGS: dict[str, dict[str, object]] = {
     "image-eager-prefill": {"cuda_graph_max_tokens": 0},
     "image-bf16-router": {"moe_router_fp32_logits": False},
     "image-cutlass-dense": {"block_fp8_small_m_triton": False},
+    "image-qk-norm-rope": {"qk_norm_rope_fusion": True},
     "image-candidates": {},  # its configs_dir is made per run (servers.candidate_configs_dir)
 }
 # The peers a user would pick instead of the image, each from a runtime of its own (bench/e2e/servers.py PEERS says
@@ -85,15 +87,17 @@ IMAGE_ARM_SETTINGS: dict[str, dict[str, object]] = {
 # them unless their runtime is given (--sglang-python, --vllm-latest-python).
 PEER_ARMS = ("sglang", "vllm-latest")
 CANDIDATES_ARM = "image-candidates"
+QK_NORM_ROPE_ARM = "image-qk-norm-rope"
 MEASURED_ARMS = ("stock", "image", "image-stock-order", "image-vllm-quant", "image-vllm-topk", "image-eager-prefill",
-                 "image-bf16-router", "image-cutlass-dense", CANDIDATES_ARM, *PEER_ARMS)
+                 "image-bf16-router", "image-cutlass-dense", QK_NORM_ROPE_ARM, CANDIDATES_ARM, *PEER_ARMS)
 # Block FP8: the linear layers on vLLM's prebuilt CUTLASS block-scaled kernel in both arms, so that only the MoE
 # path differs. vLLM's default there is FlashInfer's DeepGEMM kernel, which the image builds with nvcc at start and
 # stock follows with DeepGEMM's JIT warm-up of 512 shapes (42-48 minutes on an H200 by its own estimate), beyond
 # one session's device time.
 BLOCK_FP8_ENGINE_ARGS = (("linear-backend", "cutlass"),)
-# Every GPU model has the candidates arm and the peers; a run starts them only when --arms names them.
-MODELS = tuple(replace(m, arms=(*m.arms, CANDIDATES_ARM, *PEER_ARMS)) for m in (
+# Every GPU model (each has Qwen3 attention) has the Q/K norm + RoPE arm, the candidates arm and the peers; a run
+# starts the candidates arm and the peers only when --arms names them.
+MODELS = tuple(replace(m, arms=(*m.arms, QK_NORM_ROPE_ARM, CANDIDATES_ARM, *PEER_ARMS)) for m in (
     Model("qwen3-235b-tp8-tensor", "qwen3-235b-a22b-tp8", "tensor",
           ("stock", "image", "image-vllm-quant", "image-vllm-topk", "image-eager-prefill", "stock-debug")),
     # Static activation scales: the only per-tensor checkpoints FlashInfer CUTLASS MoE accepts, so

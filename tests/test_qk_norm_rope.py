@@ -1,0 +1,80 @@
+"""option.qk_norm_rope_fusion: vLLM's Q/K RMSNorm + RoPE fusion pass, added to the compilation config the launcher
+hands vLLM (beside the CUDA-graph sizes, into the user's own config), checked by vLLM's own parser and PassConfig,
+and the cases where it is not applied, each with a note."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from serving import cuda_graphs, launcher, qk_norm_rope
+
+
+def plan(va, tmp_path, env):
+    return launcher.plan({"SERVING_MODEL_DIR": str(tmp_path), **env}, va)
+
+
+def compile_config(p) -> dict | None:
+    a = p.argv
+    assert a.count("--compilation-config") <= 1
+    return json.loads(a[a.index("--compilation-config") + 1]) if "--compilation-config" in a else None
+
+
+def test_off_by_default(va, tmp_path, gpu_build):
+    p = plan(va, tmp_path, {})
+    assert p.settings.qk_norm_rope_fusion is False
+    assert "pass_config" not in compile_config(p) and not any(qk_norm_rope.SETTING in n for n in p.notes)
+
+
+def test_on_it_joins_the_graph_sizes_and_vllm_reads_the_pass(va, tmp_path, gpu_build):
+    p = plan(va, tmp_path, {"OPTION_QK_NORM_ROPE_FUSION": "true"})
+    config = compile_config(p)
+    assert config == {"cudagraph_capture_sizes": cuda_graphs.capture_sizes(8192),
+                      "pass_config": {"enable_qk_norm_rope_fusion": True}}
+    assert any("fused Q/K RMSNorm + RoPE kernel (qk_norm_rope_fusion)" in n for n in p.notes)
+    # the flag went through vLLM's own parser (the launcher checks every value there); vLLM's PassConfig has the field
+    # and reads it (and turns the pass off, with its warning, on a platform without the CUDA kernel, as here)
+    import dataclasses
+
+    from vllm.config.compilation import PassConfig
+    assert qk_norm_rope.PASS in {f.name for f in dataclasses.fields(PassConfig)}
+
+
+def test_merged_into_the_users_config_without_graph_sizes(va, tmp_path, gpu_build):
+    p = plan(va, tmp_path, {"OPTION_QK_NORM_ROPE_FUSION": "true", "OPTION_CUDA_GRAPH_MAX_TOKENS": "0",
+                            "OPTION_COMPILATION_CONFIG": '{"mode": 3, "pass_config": {"fuse_norm_quant": true}}'})
+    assert compile_config(p) == {"mode": 3, "pass_config": {"fuse_norm_quant": True,
+                                                            "enable_qk_norm_rope_fusion": True}}
+    p = plan(va, tmp_path, {"OPTION_QK_NORM_ROPE_FUSION": "true", "OPTION_CUDA_GRAPH_MAX_TOKENS": "0"})
+    assert compile_config(p) == {"pass_config": {"enable_qk_norm_rope_fusion": True}}
+
+
+@pytest.mark.parametrize("env,why", [
+    ({"OPTION_COMPILATION_CONFIG": '{"pass_config": {"enable_qk_norm_rope_fusion": false}}'},
+     "compilation_config (env OPTION_COMPILATION_CONFIG) sets pass_config.enable_qk_norm_rope_fusion"),
+    ({"OPTION_ENFORCE_EAGER": "true"}, "enforce_eager compiles nothing"),
+])
+def test_the_users_own_choice_wins_with_a_note(va, tmp_path, gpu_build, env, why):
+    p = plan(va, tmp_path, {"OPTION_QK_NORM_ROPE_FUSION": "true", "OPTION_CUDA_GRAPH_MAX_TOKENS": "0", **env})
+    user = env.get("OPTION_COMPILATION_CONFIG")
+    assert compile_config(p) == (json.loads(user) if user else None)
+    assert any(n.startswith("qk_norm_rope_fusion=true ignored") and why in n for n in p.notes), p.notes
+
+
+def test_a_config_vllm_cannot_read_is_refused_by_its_parser_naming_the_setting(va, tmp_path, gpu_build):
+    from serving import resolve
+    for bad in ('{"pass_config": 3}', "[1]"):
+        with pytest.raises(resolve.ConfigError, match="compilation_config from env OPTION_COMPILATION_CONFIG: .*object"):
+            plan(va, tmp_path, {"OPTION_QK_NORM_ROPE_FUSION": "true", "OPTION_COMPILATION_CONFIG": bad})
+
+
+def test_not_on_the_cpu_build(va, tmp_path):
+    p = plan(va, tmp_path, {"OPTION_QK_NORM_ROPE_FUSION": "true"})  # this machine is the CPU build
+    assert compile_config(p) is None
+    assert any("qk_norm_rope_fusion=true ignored: the CPU build" in n for n in p.notes)
+
+
+def test_a_bad_value_names_the_setting(va, tmp_path, gpu_build):
+    from serving import resolve
+    with pytest.raises(resolve.ConfigError, match="qk_norm_rope_fusion from env OPTION_QK_NORM_ROPE_FUSION"):
+        plan(va, tmp_path, {"OPTION_QK_NORM_ROPE_FUSION": "maybe"})
