@@ -5,10 +5,9 @@ Qwen3 and Qwen3-MoE normalize each query and key head and then rotate them, befo
 `enable_qk_norm_rope_fusion` pass (off in vLLM 0.32's defaults), torch.compile generates that step as one Triton
 reduction kernel a layer, and Inductor's autotuner picks its block sizes once a start, by timing each candidate at
 the first call (the profile run's 8,192 tokens). That pick then serves every decode step, and it is not stable: the
-engine bench recorded R0_BLOCK 128 for stock and 64 for both image arms of run 17 on the same kernel
-(bench/e2e/servers.py inductor_picks), and run 15 timed the image's kernel at 4.2 µs a layer against stock's 1.8 at
-decode sizes, 0.23 ms of a 94-layer one-token step. With the pass vLLM runs its own CUDA kernel, `fused_qk_norm_rope`,
-which has no autotuned choice.
+compile caches of the engine bench's runs 16-18 hold five different picks for this kernel (bench/e2e/servers.py
+inductor_picks), which take 1.6 to 4.3 µs at one token on the H200 (bench/RESULTS-archive.md, run 18): up to 0.25 ms
+of a 94-layer one-token step. With the pass vLLM runs its own CUDA kernel, `fused_qk_norm_rope`, which has no autotuned choice.
 
 Off by default until the engine bench measures it (arm `image-qk-norm-rope`). Not applied on the CPU build (no such
 kernel), with enforce_eager (nothing is compiled), or where the user's compilation_config sets the pass itself.

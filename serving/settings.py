@@ -241,8 +241,8 @@ SETTINGS: tuple[Setting, ...] = (
             engine_env="LMI_BLOCK_FP8_SMALL_M_TRITON"),
     Setting("qk_norm_rope_fusion", "true: vLLM's fused Q/K RMSNorm + RoPE CUDA kernel (its enable_qk_norm_rope_fusion "
             "compilation pass) instead of the Triton kernel torch.compile generates for Qwen3-style attention, whose "
-            "block sizes Inductor's autotuner picks anew at each start (on the H200 the picks seen took 1.8 and 4.2 µs "
-            "a layer at decode sizes). Off until the engine bench measures it. Not applied on the CPU build, with "
+            "block sizes Inductor's autotuner picks anew at each start (on the H200 the picks seen take 1.6 to 4.3 µs "
+            "a layer at one token). Off until the engine bench measures it. Not applied on the CPU build, with "
             "enforce_eager, or where compilation_config sets the pass.", parse=parse_bool, default=False),
     Setting("flashinfer_sampler", "FlashInfer's top-k/top-p sampler. Off by default: it is compiled with nvcc at the "
             "first start on every fresh host (minutes against the health-check timeout, and a failure where there is no "
