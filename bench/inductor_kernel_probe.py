@@ -126,9 +126,9 @@ def main() -> int:
         times = in_turn(graphs)
         result["tokens"][t] = {",".join(map(str, c)): {"us": times[c], "median": statistics.median(times[c])}
                                for c in a.configs}
-        base = statistics.median(times[a.configs[0]])
-        rows.append(f"| {t} | " + " | ".join(f"{statistics.median(times[c]):.2f} ({statistics.median(times[c]) / base:.2f})"
-                                            for c in a.configs) + " |")
+        med = {c: statistics.median(times[c]) for c in a.configs}
+        rows.append(f"| {t} | " + " | ".join(f"{med[c]:.2f} ({med[c] / med[a.configs[0]]:.2f})" for c in a.configs)
+                    + " |")
     (a.out / "inductor_kernel_probe.json").write_text(json.dumps(result, indent=1))
     print("\n".join(rows))
     return 0

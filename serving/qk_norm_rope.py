@@ -7,7 +7,8 @@ reduction kernel a layer, and Inductor's autotuner picks its block sizes once a 
 the first call (the profile run's 8,192 tokens). That pick then serves every decode step, and it is not stable: the
 compile caches of the engine bench's runs 16-18 hold five different picks for this kernel (bench/e2e/servers.py
 inductor_picks), which take 1.6 to 4.3 µs at one token on the H200 (bench/RESULTS-archive.md, run 18): up to 0.25 ms
-of a 94-layer one-token step. With the pass vLLM runs its own CUDA kernel, `fused_qk_norm_rope`, which has no autotuned choice.
+of a 94-layer one-token step. With the pass vLLM runs its own CUDA kernel, `fused_qk_norm_rope`, which has no
+autotuned choice.
 
 Off by default until the engine bench measures it (arm `image-qk-norm-rope`). Not applied on the CPU build (no such
 kernel), with enforce_eager (nothing is compiled), or where the user's compilation_config sets the pass itself.

@@ -33,7 +33,8 @@ def test_inputs_scale_what_is_a_multiple_of_the_compiled_token_count():
 
 def test_a_file_with_several_kernels_and_a_bad_config_are_refused(tmp_path):
     f = tmp_path / "k.py"
-    f.write_text("@triton.jit\ndef a():\n    pass\n\n@triton.jit\ndef b():\n    pass\n\n\ndef get_args():\n    return 1,\n")
+    f.write_text("@triton.jit\ndef a():\n    pass\n\n@triton.jit\ndef b():\n    pass\n\n\n"
+                 "def get_args():\n    return 1,\n")
     with pytest.raises(ValueError, match="not one generated kernel's file"):
         probe.load(f)
     assert probe.parse_config("2,128,2") == (2, 128, 2)

@@ -64,7 +64,8 @@ def test_the_users_own_choice_wins_with_a_note(va, tmp_path, gpu_build, env, why
 def test_a_config_vllm_cannot_read_is_refused_by_its_parser_naming_the_setting(va, tmp_path, gpu_build):
     from serving import resolve
     for bad in ('{"pass_config": 3}', "[1]"):
-        with pytest.raises(resolve.ConfigError, match="compilation_config from env OPTION_COMPILATION_CONFIG: .*object"):
+        with pytest.raises(resolve.ConfigError,
+                           match="compilation_config from env OPTION_COMPILATION_CONFIG: .*object"):
             plan(va, tmp_path, {"OPTION_QK_NORM_ROPE_FUSION": "true", "OPTION_COMPILATION_CONFIG": bad})
 
 

@@ -260,9 +260,10 @@ def start_server(cfg: Config, model: Model, arm: str, model_dir: Path) -> Server
 # The Triton config Inductor's autotuner picked for each of a server's generated kernels, as its cache holds it
 # (inductor_cache/<xx>/<hash>.py beside the pick, <key>.best_config). A kernel is known by its source up to the
 # benchmark harness Inductor appends (`def get_args`, whose byte count differs between servers whose graphs saw other
-# sizes). Two servers that compiled the same kernel may pick differently: the autotuner times each candidate at the first call, and the arms of a model start
-# together on one GPU, so one server's timing can run beside another's work. A pick that is slower at decode sizes
-# costs every step (run 15: triton_red_fused_1 4.2 against 1.8 µs a layer).
+# sizes). Two servers that compiled the same kernel may pick differently: the autotuner times each candidate at the
+# first call, and the arms of a model start together on one GPU, so one server's timing can run beside another's
+# work. A pick that is slower at decode sizes costs every step (the Q/K norm + RoPE kernel's picks seen take 1.6 to
+# 4.3 µs at one token on the H200: bench/RESULTS-archive.md, run 18).
 PICK_KEYS = ("XBLOCK", "YBLOCK", "R0_BLOCK", "R1_BLOCK", "num_warps", "num_stages")
 KERNEL_NAME = re.compile(r"'kernel_name': '(triton_\w+)'")  # an unnamed copy says 'Placeholder.DESCRIPTIVE_NAME'
 SIZE_HINTS = re.compile(r"size_hints=(\{[^}]*\})")
