@@ -72,6 +72,8 @@ def test_both_arms_measured_alternately(run):
             assert t["tokens"] == t["requests"] * TOKENS and t["tok_s"] > 0
         for c, t in r["latency"].items():
             assert 0 < t["ttft_p50_ms"] <= t["ttft_p99_ms"]
+            assert 0 < t["itl_p50_ms"] <= t["itl_p90_ms"] <= t["itl_p99_ms"] <= t["itl_p999_ms"] <= t["itl_max_ms"]
+            assert 0 < t["itl_gaps"] <= t["requests"] * TOKENS and 0 <= t["itl_over_2x_median"] < t["itl_gaps"]
     every = {str(c) for c in workload.THROUGHPUT_CONCURRENCY + workload.LATENCY_CONCURRENCY}
     for arm in ("stock", "image"):  # the unmeasured warm-up pass: every concurrency's first request
         assert set(res["models"]["tiny-cpu"]["first_pass"][arm]) == every
