@@ -33,11 +33,12 @@ def test_on_it_joins_the_graph_sizes_and_vllm_reads_the_pass(va, tmp_path, gpu_b
                       "pass_config": {"enable_qk_norm_rope_fusion": True}}
     assert any("fused Q/K RMSNorm + RoPE kernel (qk_norm_rope_fusion)" in n for n in p.notes)
     # the flag went through vLLM's own parser (the launcher checks every value there); vLLM's PassConfig has the field
-    # and reads it (and turns the pass off, with its warning, on a platform without the CUDA kernel, as here)
+    # and takes the config (on a platform without the CUDA kernel, as here, it then turns the pass off with a warning)
     import dataclasses
 
-    from vllm.config.compilation import PassConfig
+    from vllm.config.compilation import CompilationConfig, PassConfig
     assert qk_norm_rope.PASS in {f.name for f in dataclasses.fields(PassConfig)}
+    assert isinstance(getattr(CompilationConfig(**config).pass_config, qk_norm_rope.PASS), bool)
 
 
 def test_merged_into_the_users_config_without_graph_sizes(va, tmp_path, gpu_build):
