@@ -16,7 +16,6 @@ graph memory and about 20 s more start (run 16).
 """
 from __future__ import annotations
 
-import json
 from typing import Mapping
 
 SETTING = "cuda_graph_max_tokens"
@@ -50,32 +49,24 @@ def capture_sizes(max_tokens: int, max_num_seqs: int | None = None) -> list[int]
     return sorted(set(sizes))
 
 
-def compilation_config(max_tokens: int, entries: Mapping, cpu_build: bool,
-                       eager: bool) -> tuple[str | None, str | None]:
-    """The compilation config to hand vLLM for `max_tokens` (the user's own, with the sizes added), or None to leave
-    it as it is; and a note for the start log saying what was done, or why not. `entries` are the launcher's
-    resolved settings; `eager`: the user set enforce_eager."""
-    if not max_tokens:
+def compilation_config(max_tokens: int, config: dict | None, entries: Mapping, cpu_build: bool,
+                       eager: bool) -> tuple[dict | None, str | None]:
+    """The compilation config to hand vLLM for `max_tokens`: `config` (the user's, {} if unset; None where it is no
+    JSON object, which vLLM's parser refuses) with the sizes added, or None to leave it as it is; and a note for the
+    start log saying what was done, or why not. `entries` are the launcher's resolved settings; `eager`: the user set
+    enforce_eager."""
+    if not max_tokens or config is None:
         return None, None
     if cpu_build:
         return None, f"{SETTING}={max_tokens} ignored: the CPU build runs no CUDA graphs"
     if eager:
         return None, f"{SETTING}={max_tokens} ignored: enforce_eager runs no CUDA graphs"
     user = entries.get("compilation_config")
-    config: dict = {}
-    if user is not None:
-        try:
-            config = json.loads(user.raw)
-        except ValueError:
-            config = None
-        if not isinstance(config, dict):
-            return None, (f"{SETTING}={max_tokens} ignored: compilation_config ({user.source}) is not a JSON object "
-                          f"to add cudagraph_capture_sizes to")
-        given = [k for k in USER_SIZE_KEYS if k in config]
-        if given:
-            return None, f"{SETTING}={max_tokens} ignored: compilation_config ({user.source}) sets {given[0]}"
-        if str(config.get("cudagraph_mode", "")).upper() == "NONE":
-            return None, f"{SETTING}={max_tokens} ignored: compilation_config ({user.source}) sets cudagraph_mode NONE"
+    given = [k for k in USER_SIZE_KEYS if k in config]
+    if given:
+        return None, f"{SETTING}={max_tokens} ignored: compilation_config ({user.source}) sets {given[0]}"
+    if str(config.get("cudagraph_mode", "")).upper() == "NONE":
+        return None, f"{SETTING}={max_tokens} ignored: compilation_config ({user.source}) sets cudagraph_mode NONE"
     batched = entries.get("max_num_batched_tokens")
     if batched is not None and batched.value and int(batched.value) < max_tokens:
         max_tokens = int(batched.value)  # vLLM never runs a larger step, and drops larger sizes with a warning
@@ -84,7 +75,6 @@ def compilation_config(max_tokens: int, entries: Mapping, cpu_build: bool,
     if max_tokens <= vllm_default_sizes(max_num_seqs)[-1]:
         return None, None  # vLLM's own sizes already reach every step
     sizes = capture_sizes(max_tokens, max_num_seqs)
-    config["cudagraph_capture_sizes"] = sizes
     above = [n for n in sizes if n > VLLM_MAX_DEFAULT_SIZE]
-    return json.dumps(config), (f"CUDA graphs for steps of up to {max_tokens} tokens ({SETTING}): "
+    return {**config, "cudagraph_capture_sizes": sizes}, (f"CUDA graphs for steps of up to {max_tokens} tokens ({SETTING}): "
                                 f"{len(sizes)} capture sizes, {len(above)} of them above vLLM's 512")

@@ -187,6 +187,19 @@ def needs_one_api_server(user: resolve.Resolution) -> bool:
     return any(f.startswith("--data-parallel") for f in by_flag)
 
 
+def user_compilation_config(entries: Mapping) -> dict | None:
+    """The user's compilation_config as the settings that add to it read it: {} when unset, None when it is no JSON
+    object (vLLM's parser then refuses it, naming the setting, and nothing is added)."""
+    user = entries.get("compilation_config")
+    if user is None:
+        return {}
+    try:
+        config = json.loads(user.raw)
+    except ValueError:
+        return None
+    return config if isinstance(config, dict) else None
+
+
 def _truthy(raw: str) -> bool:
     try:
         return parse_bool(raw)
@@ -247,14 +260,14 @@ def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
     eager_entry = res.entries.get("enforce_eager")
     eager = eager_entry is not None and _truthy(eager_entry.raw)
     # the compilation config handed to vLLM: the user's own, with what the launcher's settings add to it (None: as is)
-    compile_config, note = cuda_graphs.compilation_config(s.cuda_graph_max_tokens, res.entries, is_cpu_build(), eager)
-    if note:
-        notes.append(note)
-    fused, note = qk_norm_rope.compilation_config(s.qk_norm_rope_fusion, compile_config, res.entries, is_cpu_build(),
-                                                  eager)
-    compile_config = fused or compile_config
-    if note:
-        notes.append(note)
+    user_config, added = user_compilation_config(res.entries), None
+    for add, value in ((cuda_graphs.compilation_config, s.cuda_graph_max_tokens),
+                       (qk_norm_rope.compilation_config, s.qk_norm_rope_fusion)):
+        config, note = add(value, added or user_config, res.entries, is_cpu_build(), eager)
+        added = config or added
+        if note:
+            notes.append(note)
+    compile_config = json.dumps(added) if added else None
     no_deep_gemm, note = deep_gemm.engine_env(env, is_cpu_build())
     if note:
         notes.append(note)

@@ -15,19 +15,19 @@ kernel), with enforce_eager (nothing is compiled), or where the user's compilati
 """
 from __future__ import annotations
 
-import json
 from typing import Mapping
 
 SETTING = "qk_norm_rope_fusion"
 PASS = "enable_qk_norm_rope_fusion"  # vLLM's PassConfig field
 
 
-def compilation_config(enabled: bool, current: str | None, entries: Mapping, cpu_build: bool,
-                       eager: bool) -> tuple[str | None, str | None]:
-    """The compilation config with vLLM's pass on, built on `current` (the config the launcher hands vLLM so far, as
-    JSON; None: the user's own, if any), or None to leave it as it is; and a note for the start log saying what was
-    done, or why not. `entries` are the launcher's resolved settings; `eager`: the user set enforce_eager."""
-    if not enabled:
+def compilation_config(enabled: bool, config: dict | None, entries: Mapping, cpu_build: bool,
+                       eager: bool) -> tuple[dict | None, str | None]:
+    """`config` (the compilation config the launcher hands vLLM so far: the user's, {} if unset; None where it is no
+    JSON object, which vLLM's parser refuses) with vLLM's pass on, or None to leave it as it is; and a note for the
+    start log saying what was done, or why not. `entries` are the launcher's resolved settings; `eager`: the user set
+    enforce_eager."""
+    if not enabled or config is None:
         return None, None
     if cpu_build:
         return None, f"{SETTING}=true ignored: the CPU build has no fused_qk_norm_rope kernel"
@@ -35,15 +35,10 @@ def compilation_config(enabled: bool, current: str | None, entries: Mapping, cpu
         return None, f"{SETTING}=true ignored: enforce_eager compiles nothing"
     user = entries.get("compilation_config")
     source = f"compilation_config ({user.source})" if user is not None else "compilation_config"
-    try:
-        config = json.loads(current if current is not None else user.raw if user is not None else "{}")
-    except ValueError:
-        config = None
-    passes = config.get("pass_config", {}) if isinstance(config, dict) else None
+    passes = config.get("pass_config", {})
     if not isinstance(passes, dict):
-        return None, f"{SETTING}=true ignored: {source} is not a JSON object with a pass_config object to add {PASS} to"
+        return None, f"{SETTING}=true ignored: {source} has a pass_config that is no JSON object to add {PASS} to"
     if PASS in passes:
         return None, f"{SETTING}=true ignored: {source} sets pass_config.{PASS}"
-    config["pass_config"] = {**passes, PASS: True}
-    return json.dumps(config), (f"vLLM's fused Q/K RMSNorm + RoPE kernel ({SETTING}): compilation pass_config.{PASS} "
-                                f"on")
+    return {**config, "pass_config": {**passes, PASS: True}}, (
+        f"vLLM's fused Q/K RMSNorm + RoPE kernel ({SETTING}): compilation pass_config.{PASS} on")
