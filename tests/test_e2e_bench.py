@@ -755,3 +755,22 @@ def test_the_summary_puts_the_image_against_each_peer():
     assert float(one[7]) == round(statistics.median(ratios), 3)
     assert all(float(r[7]) == 1.0 for r in rows if r[2].strip() == "image/vllm-latest")  # the image against itself
     assert "| qwen3-coder-480b-tp8-tensor.sglang | 100.0 | - | not counted | - |" in md
+
+
+def test_models_only_makes_the_models_a_later_run_reuses_and_starts_nothing(tmp_path, capsys):
+    """--models-only (tools/h200_session.sh prep, while the peers' parts still arrive): the chosen models are made
+    in --models-dir under the names the run gives them, the peers' runtimes are not asked for, nothing else is
+    written; the run's own make_model then finds the folder as it is (serving.tiny_model --reuse)."""
+    argv = ["--stock-site", str(tmp_path), "--models-dir", str(tmp_path / "m"), "--out", str(tmp_path / "o"),
+            "--work", str(tmp_path / "w"), "--models", models.CPU_CHECK.name, "--arms", "stock", "sglang"]
+    assert cli.main(argv + ["--models-only"]) == 0
+    made = tmp_path / "m" / models.CPU_CHECK.name
+    assert capsys.readouterr().out.split() == [str(made)]
+    assert (made / "tiny_model.json").is_file() and (made / "config.json").is_file()
+    assert not (tmp_path / "o").exists() and not (tmp_path / "w").exists()
+    stamp = {p.name: p.stat().st_mtime_ns for p in made.iterdir()}
+    assert models.make_model(models.CPU_CHECK, tmp_path / "m") == made
+    assert {p.name: p.stat().st_mtime_ns for p in made.iterdir()} == stamp
+    with pytest.raises(SystemExit) as e:  # without --models-only the same command asks for SGLang's runtime
+        cli.main(argv)
+    assert e.value.code == 2 and "--arms sglang: its runtime is not given" in capsys.readouterr().err

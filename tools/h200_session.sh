@@ -10,6 +10,9 @@
 #                                               # the host's torch and Triton; carry .cache/carry); runs beside
 #                                               # the staging calls, and `all` waits for it, then serves the image
 #                                               # with the gated files added to configs/
+#   setsid tools/h200_session.sh prep &         # once the image's parts are staged, while the peers' still arrive:
+#                                               # the image's runtime, stock vLLM and the models of E2E_ARGS
+#                                               # (from a copy of the tree); `all` waits for it and skips those
 #   setsid tools/h200_session.sh all &          # the rest, in the background (outlives the call);
 #                                               # env: SMOKE=0 skips the smoke tests, GEMMS=0 the decode
 #                                               # GEMM bench (bench/decode_gemm_bench.py; after the engine
@@ -44,6 +47,24 @@ STOCK=${STOCK:-/root/stock}
 PEER_ROOT=${PEER_ROOT:-/root}  # wheelhouse-<peer>/ unpacked and venv-<peer>/ made here
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 
+# The image's runtime from its staged parts (make gpu-venv, or make smoke unless SMOKE=0; its output also in
+# smoke.log) and stock vLLM 0.32.0 beside it, from the pristine wheel
+install_image() {
+    step "unpack"
+    cat "$STAGE"/wheelhouse.tar.part-* | tar -x -C "$(dirname "$WH")" || return 1
+    rm -f "$STAGE"/wheelhouse.tar.part-*  # 2 GB of the host's 64 GB disk; a 16-layer model takes 15-23 GB
+    # SMOKE=0: the venv only (make gpu-venv), when the smoke test already passed on this stack
+    target=smoke; [ "${SMOKE:-1}" = 0 ] && target=gpu-venv
+    step "make $target (install from the wheelhouse, apply the series[, GPU smoke tests])"
+    make "$target" WHEELHOUSE="$WH" GPU_VENV="$GPU_VENV" 2>&1 | tee "$RES/smoke.log"
+    echo "make $target exit: ${PIPESTATUS[0]}"
+    step "stock vLLM 0.32.0 beside it (pristine wheel)"
+    "$GPU_VENV/bin/python" -m pip install -q --no-index --no-deps --find-links "$WH" --target "$STOCK" vllm==0.32.0
+}
+t0=$(date +%s)
+step() { echo "=== $(($(date +%s) - t0)) s: $*"; }
+PREP_LOG=$RES/prep.log PREP_DONE=$RES/PREP_DONE
+
 case "${1:-}" in
 probe)
     nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
@@ -73,21 +94,27 @@ tune)
     rm -rf "$K/configs" && cp -r configs "$K/configs" && cp "$K"/gated/*.json "$K/configs/"
     touch "$K/DONE"
     ;;
+prep)
+    # From a copy of the tree (the next call replaces the tree): the install reads Makefile and patches/
+    mkdir -p "$RES" && rm -f "$PREP_DONE" && rm -rf /root/prep-tree && cp -a . /root/prep-tree && cd /root/prep-tree || exit 1
+    exec > >(tee -a "$PREP_LOG") 2>&1
+    install_image || exit 1
+    step "the models of E2E_ARGS (bench.e2e --models-only; the run reuses them)"
+    "$GPU_VENV/bin/python" -m bench.e2e --models-only --stock-site "$STOCK" --models-dir /root/models \
+        --out "$RES/e2e" ${E2E_ARGS:-} || exit 1
+    step "prep done"
+    touch "$PREP_DONE"
+    ;;
 all)
     mkdir -p "$RES"
     exec > >(tee -a "$RES/session.log") 2>&1
-    t0=$(date +%s)
-    step() { echo "=== $(($(date +%s) - t0)) s: $*"; }
-    step "unpack"
-    cat "$STAGE"/wheelhouse.tar.part-* | tar -x -C "$(dirname "$WH")" || exit 1
-    rm -f "$STAGE"/wheelhouse.tar.part-*  # 2 GB of the host's 64 GB disk; a 16-layer model takes 15-23 GB
-    # SMOKE=0: the venv only (make gpu-venv), when the smoke test already passed on this stack
-    target=smoke; [ "${SMOKE:-1}" = 0 ] && target=gpu-venv
-    step "make $target (install from the wheelhouse, apply the series[, GPU smoke tests])"
-    make "$target" WHEELHOUSE="$WH" GPU_VENV="$GPU_VENV" 2>&1 | tee "$RES/smoke.log"
-    echo "make $target exit: ${PIPESTATUS[0]}"
-    step "stock vLLM 0.32.0 beside it (pristine wheel)"
-    "$GPU_VENV/bin/python" -m pip install -q --no-index --no-deps --find-links "$WH" --target "$STOCK" vllm==0.32.0
+    if [ -f "$PREP_LOG" ]; then
+        step "waiting for prep (the image's runtime, stock vLLM, the models: $PREP_LOG)"
+        while [ ! -f "$PREP_DONE" ] && pgrep -f "h200_session.sh pre[p]" > /dev/null; do sleep 5; done
+        [ -f "$PREP_DONE" ] || { echo "prep failed: the session stops"; tail -n 30 "$PREP_LOG"; exit 1; }
+    else
+        install_image || exit 1
+    fi
     peer_args=()
     if [ -n "${PEERS:-}" ]; then
         step "peer runtimes: $PEERS (beside $GPU_VENV)"
@@ -151,24 +178,32 @@ all)
 peers)
     # Each peer's wheelhouse from its parts ($STAGE/wheelhouse-<peer>.tar.part-*), its venv beside the image's
     # (tools/peer_runtimes.py install), its wheelhouse removed (KEEP_PEER_WHEELS=1 keeps it: the disk is 64 GB), and
-    # a check that its Python imports its own lock's versions and not the image's vLLM (tools/peer_runtimes.py check)
-    rc=0
-    for peer in ${PEERS:-sglang vllm-latest}; do
+    # a check that its Python imports its own lock's versions and not the image's vLLM (tools/peer_runtimes.py check).
+    # The peers install side by side (a venv each), every line of output marked with its peer.
+    install_peer() {  # PEER
+        local peer=$1
         if compgen -G "$STAGE/wheelhouse-$peer.tar.part-*" > /dev/null; then
             cat "$STAGE"/wheelhouse-"$peer".tar.part-* | tar -x -C "$PEER_ROOT" && rm -f "$STAGE"/wheelhouse-"$peer".tar.part-*
         fi
         if ! python3 tools/peer_runtimes.py install "$peer" --wheelhouse "$PEER_ROOT/wheelhouse-$peer" \
                 --image-venv "$GPU_VENV" --venv "$PEER_ROOT/venv-$peer"; then
-            echo "$peer: runtime not installed"; rm -rf "$PEER_ROOT/venv-$peer"; rc=1; continue
+            echo "$peer: runtime not installed"; rm -rf "$PEER_ROOT/venv-$peer"; return 1
         fi
         [ "${KEEP_PEER_WHEELS:-0}" = 1 ] || rm -rf "$PEER_ROOT/wheelhouse-$peer"
-        python3 tools/peer_runtimes.py check "$peer" --python "$PEER_ROOT/venv-$peer/bin/python" || rc=1
+        python3 tools/peer_runtimes.py check "$peer" --python "$PEER_ROOT/venv-$peer/bin/python"
+    }
+    pids=()
+    for peer in ${PEERS:-sglang vllm-latest}; do
+        install_peer "$peer" > >(sed "s/^/[$peer] /") 2>&1 &
+        pids+=($!)
     done
+    rc=0
+    for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
     exit $rc
     ;;
 collect)
     [ -d "$RES" ] || { echo "no results yet"; exit 0; }
-    for f in session.log smoke.log; do [ -f "$RES/$f" ] && cp "$RES/$f" "$OUT/"; done
+    for f in session.log prep.log smoke.log; do [ -f "$RES/$f" ] && cp "$RES/$f" "$OUT/"; done
     for f in e2e.md e2e.json; do [ -f "$RES/e2e/$f" ] && cp "$RES/e2e/$f" "$OUT/"; done
     [ -d "$RES/kernels" ] && tar -czf "$OUT/kernels.tar.gz" -C "$RES" --exclude kernels/configs kernels
     # the kernel benches' tables and data in one file: at most 8 files come back from a call

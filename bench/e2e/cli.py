@@ -10,7 +10,7 @@ from pathlib import Path
 from . import __doc__ as DESCRIPTION
 from .config import PEER_RUNTIMES, Config
 from .models import (ARMS, CANDIDATES_ARM, CPU_CHECK, DEFAULT_LAYERS, MODELS, PEER_ARMS, Model, chosen_models,
-                     parse_layers, with_layers)
+                     make_model, parse_layers, with_layers)
 from .report import summarize
 from .run import run
 from .workload import LATENCY_CONCURRENCY, THROUGHPUT_CONCURRENCY
@@ -65,6 +65,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--candidate-configs", type=Path, default=d("candidate_configs"), metavar="DIR",
                    help="config files (fused-MoE or small-M) laid over configs/ for the image-candidates arm, "
                         "e.g. bench/data/h200_block_17/small_m_candidates; --arms image-candidates needs it")
+    p.add_argument("--models-only", action="store_true",
+                   help="make the chosen models at their --layers in --models-dir and stop, for a later run to "
+                        "reuse (a device session makes them while its wheelhouse is still arriving); no server "
+                        "starts, so --arms and the runtimes are not checked")
     return p
 
 
@@ -102,14 +106,18 @@ def main(argv: list[str] | None = None) -> int:
         depth = parse_layers(list(cfg.layers), list(dict.fromkeys(cfg.models)))
     except ValueError as e:
         p.error(str(e))
-    for problem in missing_runtimes(cfg):
-        p.error(problem)
     chosen = chosen_models(list(cfg.models))
-    for problem in arms_no_model_has(cfg, chosen):
-        p.error(problem)
     for m in chosen:
         if not m.preset and depth[m.name] != DEFAULT_LAYERS:
             p.error(f"--layers: {m.name} is the embedded model, its depth is fixed; give the others' as MODEL=N")
+    if cfg.models_only:
+        for m in chosen:
+            print(make_model(with_layers(m, depth[m.name]), cfg.models_dir))
+        return 0
+    for problem in missing_runtimes(cfg):
+        p.error(problem)
+    for problem in arms_no_model_has(cfg, chosen):
+        p.error(problem)
     # A SIGTERM (tools/h200_session.sh stop) unwinds through run's cleanup, so the servers, each in a session of
     # its own, are stopped too: without it an engine core outlives the bench and keeps the GPU's memory.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
