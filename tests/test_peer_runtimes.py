@@ -25,6 +25,12 @@ def _package(site: Path, name: str, version: str, module: str | None = None) -> 
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
 
 
+def _pth_package(site: Path, version: str) -> None:
+    """A stand-in of nvidia-cutlass-dsl: its module `cutlass` lies in a folder that its .pth file puts on the path."""
+    _package(site / "nvidia_cutlass_dsl" / "python_packages", "nvidia-cutlass-dsl", version, module="cutlass")
+    (site / "nvidia_cutlass_dsl_packages.pth").write_text("nvidia_cutlass_dsl/python_packages\n")
+
+
 def _venv(path: Path) -> Path:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
     return pr.purelib(path / "bin" / "python")
@@ -40,6 +46,7 @@ def image_venv(tmp_path_factory) -> Path:
     _package(site, "transformers", "5.19.0")
     _package(site, "vllm", "0.32.0")
     _package(site, "fastapi", "0.136.3")
+    _pth_package(site, "4.8.0")
     (venv / "host-site").mkdir()
     _package(venv / "host-site", "nvidia-cublas", "13.1.0.3", module="cublas_stand_in")
     (site / "_host_site.pth").write_text(str(venv / "host-site") + "\n")
@@ -94,7 +101,24 @@ def test_a_peer_runtime_reads_its_own_packages_then_the_images_but_never_its_vll
     assert "transformers-5.19.0.dist-info" not in names and "transformers" in names  # one version's metadata
     assert "_host_site.pth" not in names and all(p.is_symlink() for p in shared.iterdir())
     pth = (pr.purelib(py) / pr.PTH).read_text().splitlines()
-    assert pth == [str(shared), str(image_venv / "host-site")]
+    assert pth == [f"import site; site.addsitedir({str(shared)!r})", str(image_venv / "host-site")]
+
+
+def test_the_images_pth_packages_reach_a_runtime_unless_it_holds_its_own(tmp_path, image_venv):
+    """A module the image has through a .pth file (nvidia-cutlass-dsl's `cutlass`, which vLLM 0.34 imports while it
+    warms up) is importable in a runtime that shares it, and a runtime with the project's own version (SGLang's
+    cutlass-dsl 4.6.2) imports its own: its .pth is read before the runtime's, which sorts last."""
+    code = "import cutlass; print(cutlass.VERSION)"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    shared = _install(tmp_path / "a", image_venv, {"vllm": "0.34.0"})
+    assert subprocess.run([str(shared), "-c", code], check=True, capture_output=True, text=True).stdout.split() == [
+        "4.8.0"]
+    own = _install(tmp_path / "b", image_venv, {"sglang": "0.5.21"})
+    _pth_package(pr.purelib(own), "4.6.2")
+    assert subprocess.run([str(own), "-c", code], check=True, capture_output=True, text=True).stdout.split() == [
+        "4.6.2"]
+    assert sorted(p.name for p in pr.purelib(own).glob("*.pth"))[-1] == pr.PTH
 
 
 def test_a_torch_of_its_own_shadows_the_images(tmp_path, image_venv):
@@ -130,8 +154,12 @@ def test_check_reads_the_runtimes_python(tmp_path, image_venv):
     py = _install(tmp_path, image_venv, {"sglang": "0.5.21", "transformers": "5.12.1"})
     r = subprocess.run([sys.executable, str(ROOT / "tools" / "peer_runtimes.py"), "check", "sglang", "--python",
                         str(py)], capture_output=True, text=True)
-    # the stand-in runtime lacks most of SGLang's lock: listed, and torch 2.13.0 and sglang as locked
+    # the stand-in runtime lacks most of SGLang's lock: listed, and torch 2.13.0 and sglang as locked; of its
+    # modules, sglang and cutlass (the image's, through its .pth) are found, the others not
     assert r.returncode == 1 and "sglang: FAILED: sglang-kernel: lock 0.4.7, runtime missing" in r.stdout
+    unfound = [line for line in r.stdout.splitlines() if "not found on the runtime's path" in line]
+    assert unfound == [f"sglang: FAILED: module {m}: not found on the runtime's path"
+                       for m in ("sgl_kernel", "deep_gemm", "flashinfer")]
     assert "sglang 0.5.21" in r.stdout.splitlines()[-1] and "torch 2.13.0" in r.stdout.splitlines()[-1]
 
 
@@ -184,4 +212,5 @@ def test_the_session_scripts_peers_step_installs_a_runtime_from_its_staged_parts
                           capture_output=True, text=True, check=True).stdout.split() == ["0.5.21", "2.13.0"]
     assert sorted(p.name for p in stage.iterdir()) == ["wheelhouse.tar.part-000"]  # its parts used and removed
     assert not (root / "wheelhouse-sglang").exists()  # and its wheelhouse (KEEP_PEER_WHEELS=1 keeps it)
-    assert r.returncode == 1 and "sglang: FAILED: sglang-kernel: lock 0.4.7, runtime missing" in out
+    assert r.returncode == 1 and "[sglang] sglang: FAILED: sglang-kernel: lock 0.4.7, runtime missing" in out
+    assert not (root / "venv-sglang" / "check-passed").exists()  # so `all` leaves its arm out

@@ -121,11 +121,12 @@ all)
         "$0" peers
         for peer in $PEERS; do
             py="$PEER_ROOT/venv-$peer/bin/python"
-            if [ -x "$py" ]; then
+            if [ -x "$py" ] && [ -f "$PEER_ROOT/venv-$peer/check-passed" ]; then
                 peer_args+=("--${peer}-python" "$py")
             else
                 # the bench would refuse the whole run for an arm without its runtime: the lease measures the others
-                echo "PEER $peer: runtime not installed (above): its arm is taken out of E2E_ARGS for this run"
+                echo "PEER $peer: runtime not installed or its check failed (above): its arm is taken out of" \
+                     "E2E_ARGS for this run"
                 E2E_ARGS=$(echo " ${E2E_ARGS:-} " | sed "s/ $peer / /g")
             fi
         done
@@ -190,7 +191,9 @@ peers)
             echo "$peer: runtime not installed"; rm -rf "$PEER_ROOT/venv-$peer"; return 1
         fi
         [ "${KEEP_PEER_WHEELS:-0}" = 1 ] || rm -rf "$PEER_ROOT/wheelhouse-$peer"
-        python3 tools/peer_runtimes.py check "$peer" --python "$PEER_ROOT/venv-$peer/bin/python"
+        # the mark `all` starts a peer's arm by: a runtime whose check fails is kept to look at, not measured
+        python3 tools/peer_runtimes.py check "$peer" --python "$PEER_ROOT/venv-$peer/bin/python" \
+            && touch "$PEER_ROOT/venv-$peer/check-passed"
     }
     pids=()
     for peer in ${PEERS:-sglang vllm-latest}; do

@@ -18,6 +18,10 @@ Both are made the same way, and the last line printed is the venv's Python (benc
    VENV/image-site, a folder of links to the image venv's packages but vLLM (the image's, patched: neither peer may
    see it) and the metadata of projects the venv holds itself, so that each project has one version's metadata;
    then the image venv's host-site, the host's own packages (the CUDA libraries every wheelhouse leaves out).
+   image-site is added as a site directory, so that the .pth files of the image's packages take effect there as in
+   the image (nvidia-cutlass-dsl puts its `cutlass` module on the path by one; vLLM 0.34 imports it while it warms
+   up). The runtime's .pth is named to be read after every other of its site (site reads them in name order): a
+   package the runtime holds itself comes first on the path, its .pth's folders included.
 A package in the venv shadows the image's of the same name (torch 2.14 over 2.13, transformers 5.12.1 over 5.19.0):
 what each runtime imports is its own lock's version, read from its own site or, at that very version, the image's.
 `check` asks the runtime's Python for the version of every package of its lock (requirements/R.lock) and fails
@@ -41,7 +45,7 @@ else:  # run as a script by the host's python3 (tools/ first on its path)
 
 # What each peer runtime must never read from the image's venv: the image's vLLM (0.32 with the patch series).
 NOT_SHARED = ("vllm",)
-PTH = "_peer_runtime.pth"
+PTH = "zzz_peer_runtime.pth"  # read last of the runtime's .pth files: its own packages' paths come first
 DIST_INFO = re.compile(r"^(.+?)-[^-]+\.(dist-info|egg-info)$")
 RUNTIMES = ("sglang", "vllm-latest")
 # The packages whose version decides what a peer runs: each must be its lock's, or `check` fails.
@@ -49,14 +53,20 @@ KEY = {"sglang": ("sglang", "sglang-kernel", "torch", "triton", "transformers", 
                   "sgl-deep-gemm", "nvidia-nccl-cu13"),
        "vllm-latest": ("vllm", "torch", "triton", "transformers", "flashinfer-python", "torchvision",
                        "nvidia-nccl-cu13")}
-# Run by the runtime's Python: every installed distribution's version (the first on the path wins, as for imports),
-# and whether `import vllm` would find a module.
-PROBE = """import importlib.metadata as md, importlib.util, json, re
+# The modules each peer's server imports that it must find on its path: metadata alone does not show a module that
+# a .pth file puts on the path (nvidia-cutlass-dsl's `cutlass`, imported by vLLM 0.34's warm-up).
+MODULES = {"sglang": ("sglang", "sgl_kernel", "deep_gemm", "flashinfer", "cutlass"),
+           "vllm-latest": ("vllm", "flashinfer", "cutlass")}
+# Run by the runtime's Python with MODULES[runtime] as its arguments: every installed distribution's version (the
+# first on the path wins, as for imports), whether `import vllm` would find a module, and which of the arguments it
+# would not find (found without importing them: the check runs where no GPU is too).
+PROBE = """import importlib.metadata as md, importlib.util, json, re, sys
 seen = {}
 for d in md.distributions():
     name = re.sub(r"[-_.]+", "-", d.metadata["Name"] or "").lower()
     seen.setdefault(name, d.version)
-print(json.dumps({"versions": seen, "vllm": importlib.util.find_spec("vllm") is not None}))
+print(json.dumps({"versions": seen, "vllm": importlib.util.find_spec("vllm") is not None,
+                  "unfound": [m for m in sys.argv[1:] if importlib.util.find_spec(m) is None]}))
 """
 
 
@@ -113,7 +123,7 @@ def install(runtime: str, wheelhouse: Path, image_venv: Path, venv: Path,
     run([str(image_py), "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--find-links",
          str(wheelhouse), "--target", str(site), "-r", str(reqs)], check=True)
     n = link_shared(purelib(image_py), site, venv / "image-site")
-    lines = [str(venv / "image-site")]
+    lines = [f"import site; site.addsitedir({str(venv / 'image-site')!r})"]
     host_site = image_venv / "host-site"
     if host_site.is_dir():
         lines.append(str(host_site))
@@ -123,9 +133,11 @@ def install(runtime: str, wheelhouse: Path, image_venv: Path, venv: Path,
     return py
 
 
-def compare(runtime: str, versions: dict[str, str], vllm_visible: bool) -> tuple[list[str], list[str]]:
-    """(failures, notes): the runtime's versions (name -> version, as its Python sees them) against its lock."""
-    failures, notes = [], []
+def compare(runtime: str, versions: dict[str, str], vllm_visible: bool,
+            unfound: list[str] = ()) -> tuple[list[str], list[str]]:
+    """(failures, notes): the runtime's versions (name -> version, as its Python sees them) against its lock, and the
+    modules of MODULES[runtime] its Python does not find."""
+    failures, notes = [f"module {m}: not found on the runtime's path" for m in unfound], []
     for name, want in sorted(read_lock(runtime).items()):
         got = versions.get(name)
         if got == want:
@@ -140,12 +152,12 @@ def compare(runtime: str, versions: dict[str, str], vllm_visible: bool) -> tuple
 def check(runtime: str, python: Path) -> int:
     import json
 
-    r = subprocess.run([str(python), "-c", PROBE], capture_output=True, text=True)
+    r = subprocess.run([str(python), "-c", PROBE, *MODULES[runtime]], capture_output=True, text=True)
     if r.returncode:
         print(f"{runtime}: {python} failed: {r.stderr.strip()[-2000:]}")
         return 1
     probe = json.loads(r.stdout)
-    failures, notes = compare(runtime, probe["versions"], probe["vllm"])
+    failures, notes = compare(runtime, probe["versions"], probe["vllm"], probe["unfound"])
     for line in notes:
         print(f"{runtime}: note: {line}")
     for line in failures:
