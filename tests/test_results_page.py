@@ -39,6 +39,22 @@ def test_the_coder_ep8_figures_are_the_recorded_run_18():
         assert len(ratios) == 4 and f"**{statistics.median(ratios):.3f}x**" in headline, clients
 
 
+def test_the_235b_ep8_and_sglang_figures_are_the_recorded_run_19():
+    """The headline's 235B EP8 figures (image/stock) and its SGLang figures (image/sglang, each repetition's image
+    figure over SGLang's of the same repetition), from both clients, are run 19's."""
+    res = json.loads((ROOT / "bench" / "data" / "h200_block_19" / "e2e.json").read_text())
+    headline = PAGE.split("## Goals")[0]
+    model = "qwen3-235b-ep8-block@94L"
+    for base in ("stock", "sglang"):
+        for clients in ("1", "8", "32"):
+            ratios = paired_ratios([res], model, "throughput", "tok_s", clients, base=base)
+            assert len(ratios) == 3 and f"**{statistics.median(ratios):.3f}x**" in headline, (base, clients)
+            cross = paired_ratios([res], model, "throughput", "tok_s", clients, base=base, section="cross_check")
+            assert len(cross) == 2
+            if base == "sglang" or clients == "1":
+                assert f"{statistics.median(cross):.3f}x" in headline, (base, clients)
+
+
 def test_index_names_every_run_of_the_archive_and_its_data():
     index = PAGE.split("## Index of runs")[1]
     runs = re.findall(r"^### Run (\d+)\b", ARCHIVE, re.M)
