@@ -774,3 +774,41 @@ def test_models_only_makes_the_models_a_later_run_reuses_and_starts_nothing(tmp_
     with pytest.raises(SystemExit) as e:  # without --models-only the same command asks for SGLang's runtime
         cli.main(argv)
     assert e.value.code == 2 and "--arms sglang: its runtime is not given" in capsys.readouterr().err
+
+
+def test_a_streamed_token_without_text_counts_as_vllms_client_counts_it():
+    """The first chunk of a stream may carry a token whose text vLLM holds back (an incomplete UTF-8 sequence): the
+    bench times the first token from that chunk, as `vllm bench serve` does, and the first text separately
+    (`ttft_text`, its time to first token up to run 19). A loopback server sends vLLM's chunk shapes: a token without
+    text, 80 ms later one with text, a usage chunk without choices, [DONE]."""
+    import http.server
+    import threading
+
+    chunks = [{"choices": [{"index": 0, "text": ""}]}, {"choices": [{"index": 0, "text": "a"}]},
+              {"choices": [{"index": 0, "text": "b", "finish_reason": "length"}]},
+              {"choices": [], "usage": {"completion_tokens": 3}}]
+
+    class Stream(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            for i, c in enumerate(chunks):
+                if i == 1:
+                    time.sleep(0.08)
+                self.wfile.write(b"data: " + json.dumps(c).encode() + b"\n\n")
+                self.wfile.flush()
+            self.wfile.write(b"data: [DONE]\n\n")
+
+        def log_message(self, *args):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Stream)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        r = workload.streamed(f"127.0.0.1:{srv.server_address[1]}", {"prompt": [1, 2], "stream": True})
+    finally:
+        srv.shutdown()
+    assert r["tokens"] == 3 and len(r["gaps"]) == 2  # three chunks with a token; the usage chunk is none
+    assert r["ttft_text"] - r["ttft"] >= 0.07 and r["gaps"][0] >= 0.07

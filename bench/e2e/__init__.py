@@ -16,7 +16,8 @@ each; then the model's servers are stopped and the next model starts.
 Per arm and repetition:
 - output tokens/s with 1, 8, 32 and 128 concurrent clients (non-streamed OpenAI completions,
   fixed prompt and output lengths, ignore_eos), the server's max-num-seqs 128;
-- time to first token and inter-token latency, p50 and p99, streamed, 1 and 32 clients;
+- time to first token and inter-token latency, p50 and p99, streamed, 1, 8 and 32 clients (each chunk that carries
+  a token counts, with text or not, as vLLM's own client counts them);
 and per server: time from start to the first /ping 200, the first request's time to first token,
 the time to first token of the first request at each new concurrency (the warm-up pass), and
 the count of vLLM's "JIT compilation during inference" warnings. With --profile, a torch-profiler
