@@ -55,11 +55,11 @@ def relerr(ctx: ShapeCtx, M: int, gemm: str, config: dict) -> float:
     return ((C.float() - ref).norm() / ref.norm()).item()
 
 
-def probe(ctx: ShapeCtx, kmod, M: int, gemm: str, bw: float) -> dict:
+def probe(ctx: ShapeCtx, kmod, M: int, gemm: str, bw: float, space: str) -> dict:
     shipped, source = try_get_config(ctx.shape, M, [str(ROOT / "configs")])
     vllm = run_config(ctx, kmod, M, gemm, shipped)
     tried = []
-    for cfg in candidate_configs():
+    for cfg in candidate_configs(space):
         k = (ctx.shape["H"] if gemm == "w13" else ctx.shape["N"])
         if k % cfg["BLOCK_SIZE_K"]:
             continue
@@ -85,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shapes", nargs="+", default=["qwen3-coder-480b-ep8", "qwen3-235b-ep8", "deepseek-v3-ep8"])
     p.add_argument("--ms", type=int, nargs="+", default=[1, 2, 4])
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--space", choices=["default", "wide"], default="default", help="the candidate configs tried")
     a = p.parse_args(argv)
     if not torch.cuda.is_available():
         p.error("no CUDA device: this probe times kernels on the GPU (its CPU check is tests/test_moe_gemv_kernel.py)")
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         ctx = ShapeCtx(name, dev)
         for M in a.ms:
             for gemm in ("w13", "w2"):
-                r = dict(probe(ctx, kmod, M, gemm, bw), shape=name)
+                r = dict(probe(ctx, kmod, M, gemm, bw, a.space), shape=name)
                 rows.append(r)
                 b = r["gemv_best"]
                 print(f"| {name} | {M} | {gemm} | {r['vllm_us']:.1f} ({r['vllm_config']}) | "

@@ -71,7 +71,11 @@ def moe_gemv_block_fp8(A: torch.Tensor, A_scale: torch.Tensor, B: torch.Tensor, 
         num_warps=config.get("num_warps", 4), num_stages=config.get("num_stages", 3))
 
 
-def candidate_configs() -> list[dict]:
-    """The configs the probe tries: narrow N tiles for many programs, wide K steps for bytes in flight."""
+def candidate_configs(space: str = "default") -> list[dict]:
+    """The configs the probe tries: narrow N tiles for many programs, wide K steps for bytes in flight. "wide" goes
+    past the default's edges (the first probe's best were its narrowest N and widest K)."""
+    if space == "wide":
+        return [{"BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "num_warps": w, "num_stages": s}
+                for bn in (2, 4, 8) for bk in (512, 1024, 2048) for w in (2, 4, 8) for s in (1, 2, 3)]
     return [{"BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "num_warps": w, "num_stages": s}
             for bn in (8, 16, 32) for bk in (256, 512) for w in (4, 8) for s in (2, 4)]
