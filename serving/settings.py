@@ -239,6 +239,10 @@ SETTINGS: tuple[Setting, ...] = (
             "split-K Triton tier for decode batches where configs/ holds a small-M file for the layer's shape "
             "(patch 0010).", parse=parse_bool, env=("LMI_BLOCK_FP8_SMALL_M_TRITON",),
             engine_env="LMI_BLOCK_FP8_SMALL_M_TRITON"),
+    Setting("moe_decode_gemv", "false: vLLM's fused_moe_kernel for every fused-MoE batch instead of the matrix-vector "
+            "kernel where a tuned config entry of a block-FP8 shape holds a GEMV dict (few routed pairs, no expert "
+            "map; patch 0011; no shipped config holds one yet).", parse=parse_bool, env=("LMI_MOE_DECODE_GEMV",),
+            engine_env="LMI_MOE_DECODE_GEMV"),
     Setting("qk_norm_rope_fusion", "true: vLLM's fused Q/K RMSNorm + RoPE CUDA kernel (its enable_qk_norm_rope_fusion "
             "compilation pass) instead of the Triton kernel torch.compile generates for Qwen3-style attention, whose "
             "block sizes Inductor's autotuner picks anew at each start (on the H200 the picks seen take 1.6 to 4.3 µs "
@@ -448,6 +452,7 @@ class Settings:
     moe_one_pass_topk: bool | None = None
     moe_router_fp32_logits: bool | None = None
     block_fp8_small_m_triton: bool | None = None
+    moe_decode_gemv: bool | None = None
     qk_norm_rope_fusion: bool = False
     flashinfer_sampler: bool = False
     port: int = 8080

@@ -1,0 +1,65 @@
+"""Fused-MoE config files with patch 0011's GEMV dicts, from a decode GEMV probe (bench/moe_gemv_probe.py).
+
+    python -m bench.moe.gemv_configs --from bench/data/h200_gemv_probe/gemv_probe_3_wide_m124.json \
+        --out bench/data/h200_gemv_probe/candidates
+
+For every probed (shape, token count, GEMM) where the candidate's best took at most --max-ratio of vLLM's kernel
+with the shipped entry, the shipped file's entry for that token count gets the config under its per-GEMM dict
+(`{"w13": {"GEMV": {...}}}`); everything else is the shipped file's. The files are written whole, for the engine
+bench's image-candidates arm (laid over configs/); none is shipped until the engine measures it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from serving.vllm_patches.moe_configs import config_file_name
+from .shapes import SHAPES
+
+ROOT = Path(__file__).resolve().parents[2]
+# The kernel bench's stock-against-stock spread reached 1.9% (bench/RESULTS.md): a smaller gain is not one
+DEFAULT_MAX_RATIO = 0.95
+
+
+def gemv_files(probe: dict, configs_dir: Path, max_ratio: float = DEFAULT_MAX_RATIO) -> dict[str, dict]:
+    """file name -> the shipped file's entries with the GEMV dicts the probe supports."""
+    out: dict[str, dict] = {}
+    for row in probe["rows"]:
+        best = row.get("gemv_best")
+        if not best or row.get("ratio") is None or row["ratio"] > max_ratio:
+            continue
+        shape = SHAPES[row["shape"]]
+        name = config_file_name(shape["E"], shape["N"], shape["block"])
+        if name not in out:
+            path = configs_dir / name
+            if not path.is_file():
+                raise SystemExit(f"{path}: no shipped file for {row['shape']} (the GEMV dict extends its entries)")
+            out[name] = json.loads(path.read_text())
+        entry = out[name].get(str(row["M"]))
+        if entry is None:
+            raise SystemExit(f"{name}: no entry for M={row['M']} to extend")
+        entry.setdefault(row["gemm"], {})["GEMV"] = dict(best["cfg"])
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.moe.gemv_configs", description=__doc__.split("\n\n")[0])
+    p.add_argument("--from", dest="probe", type=Path, required=True, help="a gemv_probe.json")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--configs", type=Path, default=ROOT / "configs", help="the shipped files extended")
+    p.add_argument("--max-ratio", type=float, default=DEFAULT_MAX_RATIO,
+                   help="the candidate's time over vLLM's at or below which an entry gets the GEMV dict")
+    a = p.parse_args(argv)
+    files = gemv_files(json.loads(a.probe.read_text()), a.configs, a.max_ratio)
+    a.out.mkdir(parents=True, exist_ok=True)
+    for name, entries in sorted(files.items()):
+        (a.out / name).write_text(json.dumps(entries, indent=4) + "\n")
+        gemv = sorted(f"M={m} {g}" for m, e in entries.items() for g in ("w13", "w2")
+                      if isinstance(e, dict) and "GEMV" in e.get(g, {}))
+        print(f"{a.out / name}: GEMV at {', '.join(gemv)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

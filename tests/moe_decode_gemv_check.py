@@ -1,0 +1,119 @@
+"""Patch 0011's decode GEMV in the installed (patched) vLLM, in a process of its own with TRITON_INTERPRET=1 (set by
+tests/check_script.py). Two parts; prints one JSON object.
+
+- The kernel and its launcher, cut out of the installed fused_moe.py as the H200 harness cuts vLLM's kernels
+  (vLLM disables Triton on a CPU build; the interpreter runs the real Triton code), against the harness's float32
+  reference: both GEMMs, a pair of an expert the rank does not hold (-1: zeros), and a GEMV dict that is wrong.
+- The choice in vLLM's invoke_fused_moe_triton_kernel, imported from the installed package, with its two kernels
+  swapped for recorders: a GEMV dict on the naive assignment runs the GEMV, an aligned assignment or the switch
+  off runs fused_moe_kernel without the GEMV key, a switch value that is not understood is an error.
+Values are float32 stand-ins for fp8 (the interpreter holds no fp8)."""
+from __future__ import annotations
+
+import json
+import os
+
+import torch
+
+from bench.moe.kernel_source import load_definitions
+from bench.moe.problem import Inputs, Weights, reference
+
+SHAPE = dict(E=4, topk=2, H=512, N=256, block=[128, 128])
+GEMV = {"BLOCK_SIZE_N": 8, "BLOCK_SIZE_K": 256, "num_warps": 4, "num_stages": 2}
+
+
+def kernel_part(path: str) -> dict:
+    mod = load_definitions(path, ["LMI_MOE_DECODE_GEMV_ENV", "_LMI_GEMV_GROUP", "lmi_check_gemv_config",
+                                  "lmi_fused_moe_gemv_kernel", "_lmi_invoke_fused_moe_gemv"], "gemv_checked")
+    dev = torch.device("cpu")
+    inp = Inputs(SHAPE, 3, dev, torch.Generator().manual_seed(5))
+    out = {}
+    for gemm in ("w13", "w2"):
+        W = Weights(SHAPE, gemm, 1, dev, seed=3)
+        A, As, C, mul = inp.gemm_args(gemm)
+        top_k = SHAPE["topk"] if gemm == "w13" else 1
+        ids = inp.topk_ids.reshape(-1).clone()
+        ids[1] = -1  # token 0's second pair: an expert another rank holds
+        C.fill_(float("nan"))
+        ran = mod._lmi_invoke_fused_moe_gemv(A, W.B[0], C, As, W.Bs[0], inp.topk_w, ids, mul, top_k, GEMV)
+        ref = reference(SHAPE, gemm, inp, W, 0).reshape(-1, C.shape[-1])
+        got = C.reshape(-1, C.shape[-1])
+        keep = torch.arange(got.shape[0]) != 1
+        out[gemm] = {"ran": ran, "relerr": ((got[keep] - ref[keep]).norm() / ref[keep].norm()).item(),
+                     "non_local_zeros": bool((got[1] == 0).all())}
+    try:
+        mod.lmi_check_gemv_config({"BLOCK_SIZE_N": 96, "BLOCK_SIZE_K": 256}, 256, 512)
+        out["bad_config"] = None
+    except ValueError as e:
+        out["bad_config"] = str(e)
+    return out
+
+
+def dispatch_part() -> dict:
+    import vllm.model_executor.layers.fused_moe.fused_moe as fm
+
+    calls = []
+
+    class Kernel:
+        def __getitem__(self, grid):
+            return lambda *a, **kw: calls.append(("fused_moe_kernel", "GEMV" in kw))
+
+    fm.fused_moe_kernel = Kernel()
+    fm._lmi_invoke_fused_moe_gemv = lambda *a: calls.append(("gemv", a[-1] == GEMV)) or True
+    A = torch.zeros(2, 512)
+    B = torch.zeros(4, 256, 512)
+    C = torch.zeros(2, 2, 256)
+    As, Bs = torch.ones(2, 4), torch.ones(4, 2, 4)
+    w = torch.ones(2, 2)
+    ids = torch.tensor([0, 1, 2, 3], dtype=torch.int32)
+    base = dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=64, BLOCK_SIZE_K=128, GROUP_SIZE_M=1, num_warps=4, num_stages=3)
+
+    def call(config, sorted_ids=None, block=(128, 128)):
+        fm.invoke_fused_moe_triton_kernel(
+            A, B, C, As, Bs, w, sorted_ids, ids, torch.tensor([4]), False, 2, config, None,
+            True, False, False, False, False, list(block) if block else None)
+        return calls.pop()
+
+    out = {"naive": call(dict(base, GEMV=GEMV)),
+           "aligned": call(dict(base, GEMV=GEMV), sorted_ids=torch.arange(4, dtype=torch.int32)),
+           "no key": call(dict(base))}
+    os.environ[fm.LMI_MOE_DECODE_GEMV_ENV] = "0"
+    out["switch off"] = call(dict(base, GEMV=GEMV))
+    os.environ[fm.LMI_MOE_DECODE_GEMV_ENV] = "sometimes"
+    try:
+        call(dict(base, GEMV=GEMV))
+        out["bad switch"] = None
+    except ValueError as e:
+        out["bad switch"] = str(e)
+    return out
+
+
+def file_part() -> dict:
+    """Which GEMMs get a GEMV dict from the candidate files for the Qwen3-Coder EP8 rank, as vLLM's patched config
+    lookup reads them from VLLM_TUNED_CONFIG_FOLDER (the device named as the H200 the files were made for)."""
+    from pathlib import Path
+
+    import vllm.model_executor.layers.fused_moe.fused_moe as fm
+
+    os.environ["VLLM_TUNED_CONFIG_FOLDER"] = str(Path(__file__).resolve().parents[1] / "bench" / "data"
+                                                 / "h200_gemv_probe" / "candidates")
+    fm.get_device_name_as_file_name = lambda: "NVIDIA_H200"
+    fm.get_moe_configs.cache_clear()
+    out = {}
+    for m in (1, 2, 4, 8):
+        w13, w2 = fm.try_get_optimal_moe_gemm_configs((20, 5120, 6144), (20, 6144, 2560), 1, "fp8_w8a8", m,
+                                                      [128, 128])
+        out[str(m)] = [g for g, c in (("w13", w13), ("w2", w2)) if "GEMV" in c]
+    return out
+
+
+def main() -> int:
+    import importlib.util
+
+    path = importlib.util.find_spec("vllm.model_executor.layers.fused_moe.fused_moe").origin
+    print(json.dumps({"kernel": kernel_part(path), "file": file_part(), "dispatch": dispatch_part()}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,37 @@
+"""Patch 0011 (fused-MoE decode batches as matrix-vector products, block FP8): its kernel under Triton's
+interpreter against the kernel harness's float32 reference, and the choice inside vLLM's
+invoke_fused_moe_triton_kernel, both from the installed (patched) vLLM (tests/moe_decode_gemv_check.py)."""
+from __future__ import annotations
+
+import pytest
+from check_script import run_check
+
+
+@pytest.fixture(scope="module")
+def result():
+    return run_check("moe_decode_gemv_check.py", triton_interpret=True)
+
+
+def test_both_gemms_match_the_reference_and_a_pair_of_another_ranks_expert_gets_zeros(result):
+    for gemm in ("w13", "w2"):
+        r = result["kernel"][gemm]
+        assert r["ran"] and r["relerr"] < 1e-5 and r["non_local_zeros"], (gemm, r)
+
+
+def test_a_wrong_gemv_dict_is_refused_naming_it(result):
+    assert "GEMV={'BLOCK_SIZE_N': 96" in result["kernel"]["bad_config"]
+    assert "must be a power of two dividing 128" in result["kernel"]["bad_config"]
+
+
+def test_the_gemv_runs_only_for_its_key_on_the_naive_assignment_with_the_switch_on(result):
+    d = result["dispatch"]
+    assert d["naive"] == ["gemv", True]
+    # elsewhere fused_moe_kernel runs, and never sees the key
+    assert d["aligned"] == d["no key"] == d["switch off"] == ["fused_moe_kernel", False]
+    assert "LMI_MOE_DECODE_GEMV='sometimes' is not understood" in d["bad switch"]
+
+
+def test_the_candidate_files_give_the_gemv_where_the_probe_measured_a_gain(result):
+    """bench/data/h200_gemv_probe/candidates, read by vLLM's patched lookup for the Qwen3-Coder EP8 rank: both GEMMs
+    at one token, w13 at two and four (its w2 was 0.965x and 1.061x there), none at eight (not probed)."""
+    assert result["file"] == {"1": ["w13", "w2"], "2": ["w13"], "4": ["w13"], "8": []}
