@@ -1,9 +1,10 @@
 """Patch 0011's decode GEMV in the installed (patched) vLLM, in a process of its own with TRITON_INTERPRET=1 (set by
 tests/check_script.py). Two parts; prints one JSON object.
 
-- The kernel and its launcher, cut out of the installed fused_moe.py as the H200 harness cuts vLLM's kernels
-  (vLLM disables Triton on a CPU build; the interpreter runs the real Triton code), against the harness's float32
-  reference: both GEMMs, a pair of an expert the rank does not hold (-1: zeros), and a GEMV dict that is wrong.
+- The kernel and its launcher, cut out of the installed fused_moe.py as the H200 probe (bench/moe_gemv_probe.py)
+  cuts them (vLLM disables Triton on a CPU build; the interpreter runs the real Triton code), against the harness's
+  float32 reference: both GEMMs at two configs, a pair of an expert the rank does not hold (-1: zeros), and a GEMV
+  dict that is wrong.
 - The choice in vLLM's invoke_fused_moe_triton_kernel, imported from the installed package, with its two kernels
   swapped for recorders: a GEMV dict on the naive assignment runs the GEMV, an aligned assignment or the switch
   off runs fused_moe_kernel without the GEMV key, a switch value that is not understood is an error.
@@ -15,16 +16,18 @@ import os
 
 import torch
 
-from bench.moe.kernel_source import load_definitions
+from bench.moe_gemv_probe import load_gemv
 from bench.moe.problem import Inputs, Weights, reference
 
 SHAPE = dict(E=4, topk=2, H=512, N=256, block=[128, 128])
 GEMV = {"BLOCK_SIZE_N": 8, "BLOCK_SIZE_K": 256, "num_warps": 4, "num_stages": 2}
+# the probe's narrowest and widest tiles too, where K allows them (w13: K=512, w2: K=256)
+GEMVS = (GEMV, {"BLOCK_SIZE_N": 2, "BLOCK_SIZE_K": 512, "num_warps": 2, "num_stages": 1},
+         {"BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 128})
 
 
 def kernel_part(path: str) -> dict:
-    mod = load_definitions(path, ["LMI_MOE_DECODE_GEMV_ENV", "_LMI_GEMV_GROUP", "lmi_check_gemv_config",
-                                  "lmi_fused_moe_gemv_kernel", "_lmi_invoke_fused_moe_gemv"], "gemv_checked")
+    mod = load_gemv(path)  # as the H200 probe loads it
     dev = torch.device("cpu")
     inp = Inputs(SHAPE, 3, dev, torch.Generator().manual_seed(5))
     out = {}
@@ -34,13 +37,15 @@ def kernel_part(path: str) -> dict:
         top_k = SHAPE["topk"] if gemm == "w13" else 1
         ids = inp.topk_ids.reshape(-1).clone()
         ids[1] = -1  # token 0's second pair: an expert another rank holds
-        C.fill_(float("nan"))
-        ran = mod._lmi_invoke_fused_moe_gemv(A, W.B[0], C, As, W.Bs[0], inp.topk_w, ids, mul, top_k, GEMV)
         ref = reference(SHAPE, gemm, inp, W, 0).reshape(-1, C.shape[-1])
-        got = C.reshape(-1, C.shape[-1])
-        keep = torch.arange(got.shape[0]) != 1
-        out[gemm] = {"ran": ran, "relerr": ((got[keep] - ref[keep]).norm() / ref[keep].norm()).item(),
-                     "non_local_zeros": bool((got[1] == 0).all())}
+        keep = torch.arange(ref.shape[0]) != 1
+        for cfg in (c for c in GEMVS if A.shape[1] % c["BLOCK_SIZE_K"] == 0):
+            C.fill_(float("nan"))
+            ran = mod._lmi_invoke_fused_moe_gemv(A, W.B[0], C, As, W.Bs[0], inp.topk_w, ids, mul, top_k, cfg)
+            got = C.reshape(-1, C.shape[-1])
+            out[f"{gemm} N{cfg['BLOCK_SIZE_N']}K{cfg['BLOCK_SIZE_K']}"] = {
+                "ran": ran, "relerr": ((got[keep] - ref[keep]).norm() / ref[keep].norm()).item(),
+                "non_local_zeros": bool((got[1] == 0).all())}
     try:
         mod.lmi_check_gemv_config({"BLOCK_SIZE_N": 96, "BLOCK_SIZE_K": 256}, 256, 512)
         out["bad_config"] = None
