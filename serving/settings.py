@@ -241,7 +241,7 @@ SETTINGS: tuple[Setting, ...] = (
             engine_env="LMI_BLOCK_FP8_SMALL_M_TRITON"),
     Setting("moe_decode_gemv", "false: vLLM's fused_moe_kernel for every fused-MoE batch instead of the matrix-vector "
             "kernel where a tuned config entry of a block-FP8 shape holds a GEMV dict (few routed pairs, no expert "
-            "map; patch 0011; no shipped config holds one yet).", parse=parse_bool, env=("LMI_MOE_DECODE_GEMV",),
+            "map; patch 0011; configs/ holds them for the Qwen3-235B EP8 rank).", parse=parse_bool, env=("LMI_MOE_DECODE_GEMV",),
             engine_env="LMI_MOE_DECODE_GEMV"),
     Setting("qk_norm_rope_fusion", "true: vLLM's fused Q/K RMSNorm + RoPE CUDA kernel (its enable_qk_norm_rope_fusion "
             "compilation pass) instead of the Triton kernel torch.compile generates for Qwen3-style attention, whose "

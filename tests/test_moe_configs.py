@@ -26,7 +26,7 @@ REQUIRED = {"BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num
 TUNER_MS = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072, 4096]
 H100_SMEM = 227 * 1024  # bytes of shared memory a Hopper CTA can use
 # what patch 0003 lets a per-GEMM dict set (vLLM's MOE_GEMM_KEYS once patched)
-PER_GEMM_KEYS = {"BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages", "SWAP_AB", "SPLIT_K"}
+PER_GEMM_KEYS = {"BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages", "SWAP_AB", "SPLIT_K", "GEMV"}
 
 FILES = sorted(p for p in CONFIGS.glob("E=*.json"))  # the fused-MoE files; the small-M linear files: test_block_fp8_small_m.py
 
@@ -62,6 +62,16 @@ def test_config_file_format(path):
             assert set(sub) <= PER_GEMM_KEYS, f"M={k} {gemm}: {sorted(sub)}"
             cfg = gemm_config(entry, gemm)
             _check_gemm_config(f"M={k} {gemm}", cfg, block)
+            if "GEMV" in cfg:
+                # patch 0011's own check, from the installed vLLM, at this GEMM's N and K
+                assert block == [128, 128], f"M={k} {gemm}: a GEMV dict needs [128, 128] blocks"
+                hidden = next(s["H"] for s in SHAPES.values() if (s["E"], s["N"], s["block"]) == (E, N, block))
+                n, kk = (2 * N, hidden) if gemm == "w13" else (hidden, N)
+                _fused_moe().lmi_check_gemv_config(cfg["GEMV"], n, kk)
+
+
+def _fused_moe():
+    return importlib.import_module("vllm.model_executor.layers.fused_moe.fused_moe")
 
 
 def _check_gemm_config(where, cfg, block):

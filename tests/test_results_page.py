@@ -55,6 +55,23 @@ def test_the_235b_ep8_and_sglang_figures_are_the_recorded_run_19():
                 assert f"{statistics.median(cross):.3f}x" in headline, (base, clients)
 
 
+def test_the_235b_ep8_gemv_and_vllm_034_figures_are_the_recorded_run_20():
+    """The headline's 235B EP8 figures with patch 0011's entries (image-candidates/stock) and its stock vLLM 0.34
+    figures (image/vllm-latest), from both clients, are run 20's."""
+    res = json.loads((ROOT / "bench" / "data" / "h200_block_20" / "e2e.json").read_text())
+    headline = PAGE.split("## Goals")[0]
+    model = "qwen3-235b-ep8-block@94L"
+    for arm, base in (("image-candidates", "stock"), ("image", "vllm-latest")):
+        for clients in ("1", "8", "32"):
+            ratios = paired_ratios([res], model, "throughput", "tok_s", clients, arm=arm, base=base)
+            assert len(ratios) == 3 and f"**{statistics.median(ratios):.3f}x**" in headline, (arm, clients)
+            cross = paired_ratios([res], model, "throughput", "tok_s", clients, arm=arm, base=base,
+                                  section="cross_check")
+            assert len(cross) == 2
+            if base == "vllm-latest" or clients == "1":
+                assert f"{statistics.median(cross):.3f}x" in headline, (arm, clients)
+
+
 def test_index_names_every_run_of_the_archive_and_its_data():
     index = PAGE.split("## Index of runs")[1]
     runs = re.findall(r"^### Run (\d+)\b", ARCHIVE, re.M)
