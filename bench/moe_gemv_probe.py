@@ -2,7 +2,7 @@
 shipped config, side by side in one process, for the block-FP8 EP8 ranks at 1-4 tokens.
 
     python3 bench/moe_gemv_probe.py --fused-moe-py PATCHED/fused_moe.py --out DIR \
-        [--shapes qwen3-coder-480b-ep8 qwen3-235b-ep8 deepseek-v3-ep8] [--ms 1 2 4]
+        [--shapes qwen3-coder-480b-ep8 qwen3-235b-ep8 deepseek-v3-ep8] [--ms 1 2 4] [--expert-map]
 
 Runs on the GPU host's own torch and Triton (no wheelhouse). Both kernels are cut out of the given fused_moe.py
 (the series applied) as the kernel harness does (bench/moe/): vLLM's with the entry `configs/` holds for the shape
@@ -27,7 +27,7 @@ import torch  # noqa: E402
 from bench.moe.configs import cfg_str, gemm_config, try_get_config  # noqa: E402
 from bench.moe.gemv_space import candidate_configs  # noqa: E402
 from bench.moe.kernel_source import load_definitions, load_kernel  # noqa: E402
-from bench.moe.problem import ShapeCtx  # noqa: E402
+from bench.moe.problem import ShapeCtx, dequant_a, dequant_w  # noqa: E402
 from bench.moe.timing import measure_copy_bandwidth, run_config, time_graph  # noqa: E402
 
 TOLERANCE = 5e-2  # the harness's (bench/moe/problem.check): fp8 products summed over K=2,560-7,168
@@ -56,6 +56,72 @@ def gemv_fns(gmod, ctx: ShapeCtx, M: int, gemm: str, config: dict) -> list:
         out.append(lambda A=A, As=As, C=C, mul=mul, inp=inp, i=i, ids=ids: gmod._lmi_invoke_fused_moe_gemv(
             A, W.B[i], C, As, W.Bs[i], inp.topk_w, ids, mul, top_k, config))
     return out
+
+
+class MappedBatch:
+    """One decode batch as a rank of the real EP deployment sees it: M tokens, each routed to the deployment's top-k
+    of its global experts (shape["ep"]), this rank holding global experts 0..E-1; the ids mapped as an expert map
+    would map them (another rank's expert: -1). Both GEMMs' operands, for 0011's launcher under an expert map."""
+
+    def __init__(self, shape: dict, M: int, dev, gen):
+        experts, top_k = shape["ep"]
+        H, N, bk = shape["H"], shape["N"], shape["block"][1]
+        dt = torch.float8_e4m3fn if dev.type == "cuda" else torch.float32
+        logits = torch.rand((M, experts), generator=gen, device=dev)
+        weights, ids = torch.topk(logits, top_k, dim=1)
+        self.top_k = top_k
+        self.topk_w = torch.softmax(weights, dim=1).float().contiguous()
+        self.global_ids = ids.to(torch.int32).contiguous()
+        local = self.global_ids.reshape(-1)
+        self.ids = torch.where(local < shape["E"], local, torch.full_like(local, -1)).contiguous()
+        self.local_pairs = int((self.ids >= 0).sum())
+        self.A1 = torch.randn((M, H), generator=gen, device=dev).to(dt)
+        self.A1s = torch.rand((M, H // bk), generator=gen, device=dev) * 0.02 + 0.01
+        self.A2 = torch.randn((M * top_k, N), generator=gen, device=dev).to(dt)
+        self.A2s = torch.rand((M * top_k, N // bk), generator=gen, device=dev) * 0.02 + 0.01
+        cdt = torch.bfloat16 if dev.type == "cuda" else torch.float32
+        self.C1 = torch.empty((M, top_k, 2 * N), device=dev, dtype=cdt)
+        self.C2 = torch.empty((M, top_k, H), device=dev, dtype=cdt)
+
+    def args(self, gemm: str):
+        """(A, A_scale, C, mul_routed_weight, top_k) of one GEMM."""
+        if gemm == "w13":
+            return self.A1, self.A1s, self.C1, False, self.top_k
+        return self.A2, self.A2s, self.C2, True, 1
+
+    def launch(self, gmod, B, Bs, gemm: str, config: dict) -> bool:
+        A, As, C, mul, top_k = self.args(gemm)
+        return gmod._lmi_invoke_fused_moe_gemv(A, B, C, As, Bs, self.topk_w, self.ids, mul, top_k, config)
+
+    def reference(self, shape: dict, B, Bs, gemm: str):
+        """float32 result of every pair (zeros for another rank's expert's)."""
+        A, As, C, mul, top_k = self.args(gemm)
+        a = dequant_a(A, As, shape["block"])
+        w = dequant_w(B, Bs, shape["block"])
+        out = torch.zeros((self.ids.numel(), w.shape[1]), device=A.device, dtype=torch.float32)
+        for p, e in enumerate(self.ids.tolist()):
+            if e >= 0:
+                out[p] = a[p // top_k] @ w[e].t() * (self.topk_w.reshape(-1)[p] if mul else 1.0)
+        return out.view(C.shape)
+
+
+def probe_mapped(ctx: ShapeCtx, gmod, M: int, gemm: str, config: dict, sets: int = 8) -> dict:
+    """0011's launcher with this config on `sets` mapped batches (a routing each, over the harness's weight sets):
+    its relative error on the first, and its time per launch over all (the GEMV grid holds every routed pair; a
+    pair of another rank's expert writes zeros)."""
+    W = ctx.W[gemm]
+    batches = [MappedBatch(ctx.shape, M, ctx.dev, ctx.gen) for _ in range(sets)]
+    b0 = batches[0]
+    b0.args(gemm)[2].fill_(float("nan"))
+    if not b0.launch(gmod, W.B[0], W.Bs[0], gemm, config):
+        raise RuntimeError("0011's launcher declined the mapped operands (their layout)")
+    ref = b0.reference(ctx.shape, W.B[0], W.Bs[0], gemm)
+    got = b0.args(gemm)[2].float()
+    err = ((got - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+    n = len(W.B)
+    fns = [lambda b=b, i=i: b.launch(gmod, W.B[i % n], W.Bs[i % n], gemm, config) for i, b in enumerate(batches)]
+    return {"relerr": err, "us": time_graph(fns)[0] if err < TOLERANCE else None,
+            "pairs": M * ctx.shape["ep"][1], "local_pairs": [b.local_pairs for b in batches]}
 
 
 def relerr(gmod, ctx: ShapeCtx, M: int, gemm: str, config: dict) -> float:
@@ -99,6 +165,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ms", type=int, nargs="+", default=[1, 2, 4])
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--space", choices=["default", "wide"], default="default", help="the candidate configs tried")
+    p.add_argument("--expert-map", action="store_true",
+                   help="also time each best config as a rank of the real EP deployment would run it: the "
+                        "deployment's global top-k per token, ids mapped (another rank's expert: -1), against "
+                        "the same vLLM figure (vLLM's aligned path under an expert map adds its alignment kernel)")
     a = p.parse_args(argv)
     if not torch.cuda.is_available():
         p.error("no CUDA device: this probe times kernels on the GPU (the kernel's CPU check is tests/test_moe_decode_gemv.py)")
@@ -118,6 +188,12 @@ def main(argv: list[str] | None = None) -> int:
                 r = dict(probe(ctx, kmod, gmod, M, gemm, bw, a.space), shape=name)
                 rows.append(r)
                 b = r["gemv_best"]
+                if a.expert_map and b:
+                    r["mapped"] = probe_mapped(ctx, gmod, M, gemm, b["cfg"])
+                    mu = r["mapped"]["us"]
+                    print(f"|   mapped ids: {r['mapped']['pairs']} pairs a launch | {M} | {gemm} | "
+                          f"{r['vllm_us']:.1f} | {mu if mu is None else round(mu, 1)} | error "
+                          f"{r['mapped']['relerr']:.4f} | {mu / r['vllm_us'] if mu else float('nan'):.3f} | - |")
                 print(f"| {name} | {M} | {gemm} | {r['vllm_us']:.1f} ({r['vllm_config']}) | "
                       f"{b['us']:.1f} | {b['cfg']} | {r['ratio']:.3f} | {r['floor_us']:.1f} |" if b else
                       f"| {name} | {M} | {gemm} | {r['vllm_us']:.1f} | none passed | - | - | {r['floor_us']:.1f} |",

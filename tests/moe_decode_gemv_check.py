@@ -3,8 +3,8 @@ tests/check_script.py). Two parts; prints one JSON object.
 
 - The kernel and its launcher, cut out of the installed fused_moe.py as the H200 probe (bench/moe_gemv_probe.py)
   cuts them (vLLM disables Triton on a CPU build; the interpreter runs the real Triton code), against the harness's
-  float32 reference: both GEMMs at two configs, a pair of an expert the rank does not hold (-1: zeros), and a GEMV
-  dict that is wrong.
+  float32 reference: both GEMMs at two configs, a pair of an expert the rank does not hold (-1: zeros), a batch of
+  an EP rank with mapped ids (bench/moe_gemv_probe.py --expert-map), and a GEMV dict that is wrong.
 - The choice in vLLM's invoke_fused_moe_triton_kernel, imported from the installed package, with its two kernels
   swapped for recorders: a GEMV dict on the naive assignment runs the GEMV, an aligned assignment or the switch
   off runs fused_moe_kernel without the GEMV key, a switch value that is not understood is an error.
@@ -46,6 +46,23 @@ def kernel_part(path: str) -> dict:
             out[f"{gemm} N{cfg['BLOCK_SIZE_N']}K{cfg['BLOCK_SIZE_K']}"] = {
                 "ran": ran, "relerr": ((got[keep] - ref[keep]).norm() / ref[keep].norm()).item(),
                 "non_local_zeros": bool((got[1] == 0).all())}
+    # a rank of an EP deployment (the probe's --expert-map batches): 3 tokens, top-4 of 8 global experts, this rank
+    # holding 0-3, the other rank's pairs -1
+    from bench.moe_gemv_probe import MappedBatch
+    ep_shape = dict(SHAPE, ep=(8, 4))
+    batch = MappedBatch(ep_shape, 3, dev, torch.Generator().manual_seed(11))
+    for gemm in ("w13", "w2"):
+        W = Weights(SHAPE, gemm, 1, dev, seed=7)
+        C = batch.args(gemm)[2]
+        C.fill_(float("nan"))
+        ran = batch.launch(mod, W.B[0], W.Bs[0], gemm, GEMV)
+        ref = batch.reference(ep_shape, W.B[0], W.Bs[0], gemm).reshape(-1, C.shape[-1])
+        got = C.reshape(-1, C.shape[-1])
+        remote = batch.ids < 0
+        out[f"mapped {gemm}"] = {
+            "ran": ran, "pairs": batch.ids.numel(), "local": batch.local_pairs,
+            "relerr": ((got[~remote] - ref[~remote]).norm() / ref[~remote].norm()).item(),
+            "remote_zeros": bool((got[remote] == 0).all())}
     try:
         mod.lmi_check_gemv_config({"BLOCK_SIZE_N": 96, "BLOCK_SIZE_K": 256}, 256, 512)
         out["bad_config"] = None

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench.moe.cli import build_parser
+from bench.moe.gemv_configs import GATED as GEMV_GATED
 from bench.moe.modes import MODES
 from bench.moe.shapes import TP8_SHAPES, TUNER_MS
 from serving.vllm_patches.apply import installed_vllm_dir
@@ -59,6 +60,10 @@ def test_shipped_configs_reproduce_from_the_raw_runs(tmp_path):
         r = run("-m", "bench.moe.make_configs", "--tune", *(str(DATA / t) for t in tune),
                 "--bench", *(str(DATA / b) for b in bench), "--stock-configs-dir", str(stock), "--out", str(tmp_path))
         assert r.returncode == 0, r.stderr
+    # patch 0011's GEMV dicts, for the shapes the engine gated them on, from the decode GEMV probe
+    r = run("-m", "bench.moe.gemv_configs", "--from", str(DATA / "h200_gemv_probe" / "gemv_probe_3_wide_m124.json"),
+            "--configs", str(tmp_path), "--out", str(tmp_path), "--shapes", *GEMV_GATED)
+    assert r.returncode == 0, r.stderr
     shipped = sorted(p.name for p in CONFIGS.glob("E=*.json"))  # the fused-MoE files (small-M: test_small_m_configs)
     assert sorted(p.name for p in tmp_path.glob("*.json")) == shipped
     for name in shipped:

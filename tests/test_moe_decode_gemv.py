@@ -13,10 +13,19 @@ def result():
 
 
 def test_both_gemms_match_the_reference_and_a_pair_of_another_ranks_expert_gets_zeros(result):
-    cases = {k: v for k, v in result["kernel"].items() if k != "bad_config"}
+    cases = {k: v for k, v in result["kernel"].items() if k != "bad_config" and not k.startswith("mapped")}
     assert sorted(cases) == ["w13 N128K128", "w13 N2K512", "w13 N8K256", "w2 N128K128", "w2 N8K256"]
     for case, r in cases.items():
         assert r["ran"] and r["relerr"] < 1e-5 and r["non_local_zeros"], (case, r)
+
+
+def test_an_ep_ranks_batch_with_mapped_ids_matches_the_reference_and_zeros_the_other_ranks_pairs(result):
+    """The probe's --expert-map batches (a rank of a real EP deployment: the global top-k, another rank's expert -1)
+    through 0011's launcher: every pair of this rank's experts right, every other pair zeros."""
+    for gemm in ("w13", "w2"):
+        r = result["kernel"][f"mapped {gemm}"]
+        assert r["ran"] and r["pairs"] == 12 and 0 < r["local"] < 12, r
+        assert r["relerr"] < 1e-5 and r["remote_zeros"], r
 
 
 def test_a_wrong_gemv_dict_is_refused_naming_it(result):

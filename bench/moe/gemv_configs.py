@@ -6,7 +6,11 @@
 For every probed (shape, token count, GEMM) where the candidate's best took at most --max-ratio of vLLM's kernel
 with the shipped entry, the shipped file's entry for that token count gets the config under its per-GEMM dict
 (`{"w13": {"GEMV": {...}}}`); everything else is the shipped file's. The files are written whole, for the engine
-bench's image-candidates arm (laid over configs/); none is shipped until the engine measures it.
+bench's image-candidates arm (laid over configs/). A shape's file ships in configs/ once the engine bench gates it
+(GATED); configs/ is then this tool's output for those shapes over bench.moe.make_configs' files:
+
+    python -m bench.moe.gemv_configs --from bench/data/h200_gemv_probe/gemv_probe_3_wide_m124.json \
+        --configs DIR --out DIR --shapes qwen3-235b-ep8
 """
 from __future__ import annotations
 
@@ -20,14 +24,19 @@ from .shapes import SHAPES
 ROOT = Path(__file__).resolve().parents[2]
 # The kernel bench's stock-against-stock spread reached 1.9% (bench/RESULTS.md): a smaller gain is not one
 DEFAULT_MAX_RATIO = 0.95
+# The shapes whose GEMV dicts ship in configs/, each with the engine run that gated them (bench/RESULTS-archive.md)
+GATED = {"qwen3-235b-ep8": "run 20"}
 
 
-def gemv_files(probe: dict, configs_dir: Path, max_ratio: float = DEFAULT_MAX_RATIO) -> dict[str, dict]:
-    """file name -> the shipped file's entries with the GEMV dicts the probe supports."""
+def gemv_files(probe: dict, configs_dir: Path, max_ratio: float = DEFAULT_MAX_RATIO,
+               shapes: list[str] | None = None) -> dict[str, dict]:
+    """file name -> the shipped file's entries with the GEMV dicts the probe supports (of `shapes`, or every shape)."""
     out: dict[str, dict] = {}
     for row in probe["rows"]:
         best = row.get("gemv_best")
         if not best or row.get("ratio") is None or row["ratio"] > max_ratio:
+            continue
+        if shapes is not None and row["shape"] not in shapes:
             continue
         shape = SHAPES[row["shape"]]
         name = config_file_name(shape["E"], shape["N"], shape["block"])
@@ -50,8 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--configs", type=Path, default=ROOT / "configs", help="the shipped files extended")
     p.add_argument("--max-ratio", type=float, default=DEFAULT_MAX_RATIO,
                    help="the candidate's time over vLLM's at or below which an entry gets the GEMV dict")
+    p.add_argument("--shapes", nargs="+", choices=sorted(SHAPES), help="only these shapes' files (default: all)")
     a = p.parse_args(argv)
-    files = gemv_files(json.loads(a.probe.read_text()), a.configs, a.max_ratio)
+    files = gemv_files(json.loads(a.probe.read_text()), a.configs, a.max_ratio, a.shapes)
     a.out.mkdir(parents=True, exist_ok=True)
     for name, entries in sorted(files.items()):
         (a.out / name).write_text(json.dumps(entries, indent=4) + "\n")

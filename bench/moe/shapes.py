@@ -8,7 +8,9 @@ of which about one in eight picks each local expert: top-k 8 over 128 (or 160,
 256) experts gives 1 expected (token, local expert) pair per token. The shapes
 time that with top-1 over the local experts, the same number of pairs and the
 same weights read per step; vLLM's own EP path launches the kernel over the
-global top-k with non-local pairs skipped, which these shapes do not time.
+global top-k with non-local pairs skipped, which these shapes do not time
+(``ep``: the deployment's global experts and top-k, for a probe that does:
+bench/moe_gemv_probe.py --expert-map).
 """
 from __future__ import annotations
 
@@ -20,9 +22,9 @@ SHAPES = {
     "deepseek-v3-tp8": dict(E=256, topk=8, H=7168, N=256, block=[128, 128]),
     "qwen3-30b-a3b-tp1": dict(E=128, topk=8, H=2048, N=768, block=None),
     # the official block-FP8 checkpoints as vLLM's recipes deploy them (one rank)
-    "qwen3-235b-ep8": dict(E=16, topk=1, H=4096, N=1536, block=[128, 128]),
-    "qwen3-coder-480b-ep8": dict(E=20, topk=1, H=6144, N=2560, block=[128, 128]),
-    "deepseek-v3-ep8": dict(E=32, topk=1, H=7168, N=2048, block=[128, 128]),
+    "qwen3-235b-ep8": dict(E=16, topk=1, H=4096, N=1536, block=[128, 128], ep=(128, 8)),
+    "qwen3-coder-480b-ep8": dict(E=20, topk=1, H=6144, N=2560, block=[128, 128], ep=(160, 8)),
+    "deepseek-v3-ep8": dict(E=32, topk=1, H=7168, N=2048, block=[128, 128], ep=(256, 8)),
     "qwen3-235b-tp4": dict(E=128, topk=8, H=4096, N=384, block=[128, 128]),
     "qwen3-coder-480b-tp4": dict(E=160, topk=8, H=6144, N=640, block=[128, 128]),
 }
