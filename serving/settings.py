@@ -243,6 +243,11 @@ SETTINGS: tuple[Setting, ...] = (
             "kernel where a tuned config entry of a block-FP8 shape holds a GEMV dict (few routed pairs, no expert "
             "map; patch 0011; configs/ holds them for the Qwen3-235B EP8 rank).", parse=parse_bool, env=("LMI_MOE_DECODE_GEMV",),
             engine_env="LMI_MOE_DECODE_GEMV"),
+    Setting("moe_decode_gemv_expert_map", "true: under expert parallelism (an expert map) too, a fused-MoE batch of a "
+            "few routed pairs whose tuned entry holds a GEMV dict runs the matrix-vector kernel over its mapped "
+            "expert ids, another rank's pairs written as zeros (patch 0011). Off by default: not yet timed on the "
+            "H200.", parse=parse_bool, env=("LMI_MOE_DECODE_GEMV_EXPERT_MAP",),
+            engine_env="LMI_MOE_DECODE_GEMV_EXPERT_MAP"),
     Setting("qk_norm_rope_fusion", "true: vLLM's fused Q/K RMSNorm + RoPE CUDA kernel (its enable_qk_norm_rope_fusion "
             "compilation pass) instead of the Triton kernel torch.compile generates for Qwen3-style attention, whose "
             "block sizes Inductor's autotuner picks anew at each start (on the H200 the picks seen take 1.6 to 4.3 µs "
@@ -453,6 +458,7 @@ class Settings:
     moe_router_fp32_logits: bool | None = None
     block_fp8_small_m_triton: bool | None = None
     moe_decode_gemv: bool | None = None
+    moe_decode_gemv_expert_map: bool | None = None
     qk_norm_rope_fusion: bool = False
     flashinfer_sampler: bool = False
     port: int = 8080

@@ -7,7 +7,9 @@ tests/check_script.py). Two parts; prints one JSON object.
   an EP rank with mapped ids (bench/moe_gemv_probe.py --expert-map), and a GEMV dict that is wrong.
 - The choice in vLLM's invoke_fused_moe_triton_kernel, imported from the installed package, with its two kernels
   swapped for recorders: a GEMV dict on the naive assignment runs the GEMV, an aligned assignment or the switch
-  off runs fused_moe_kernel without the GEMV key, a switch value that is not understood is an error.
+  off runs fused_moe_kernel without the GEMV key, a switch value that is not understood is an error; under an
+  expert map, vLLM's _prepare_expert_assignment gives the mapped ids the naive assignment only where the second
+  switch asks for it.
 Values are float32 stand-ins for fp8 (the interpreter holds no fp8)."""
 from __future__ import annotations
 
@@ -107,6 +109,43 @@ def dispatch_part() -> dict:
         out["bad switch"] = None
     except ValueError as e:
         out["bad switch"] = str(e)
+    os.environ.pop(fm.LMI_MOE_DECODE_GEMV_ENV)
+    out["expert map"] = expert_map_part(fm, base)
+    return out
+
+
+def expert_map_part(fm, base: dict) -> dict:
+    """vLLM's _prepare_expert_assignment under an expert map (a rank holding global experts 4-7 of 16 as 0-3): the
+    naive assignment of the mapped ids only with the switch on, a GEMV dict in the w13 entry and few pairs; else
+    vLLM's alignment (its op swapped for a recorder)."""
+    fm.moe_align_block_size = lambda *a, **kw: "aligned"
+    expert_map = torch.full((16,), -1, dtype=torch.int32)
+    expert_map[4:8] = torch.arange(4, dtype=torch.int32)
+    topk_ids = torch.tensor([[4, 9, 7, -1]], dtype=torch.int32)  # one token, top-4; an invalid id last
+
+    def assign(config, ids=topk_ids):
+        r = fm._prepare_expert_assignment(ids, config, ids.shape[0], ids.shape[1], 16, expert_map,
+                                          block_shape=[128, 128], ignore_invalid_experts=True)
+        if r == "aligned":
+            return "aligned"
+        return {"sorted": r[0], "ids": r[1].tolist(), "dtype": str(r[1].dtype), "padded": r[2].tolist()}
+
+    out = {"default": assign(dict(base, GEMV=GEMV))}
+    env = fm.LMI_MOE_DECODE_GEMV_EXPERT_MAP_ENV
+    os.environ[env] = "1"
+    out["on"] = assign(dict(base, GEMV=GEMV))
+    out["on, no key"] = assign(dict(base))
+    out["on, many pairs"] = assign(dict(base, GEMV=GEMV), topk_ids.repeat(2, 1))
+    os.environ[fm.LMI_MOE_DECODE_GEMV_ENV] = "0"
+    out["on, GEMV off"] = assign(dict(base, GEMV=GEMV))
+    os.environ.pop(fm.LMI_MOE_DECODE_GEMV_ENV)
+    os.environ[env] = "maybe"
+    try:
+        assign(dict(base, GEMV=GEMV))
+        out["bad"] = None
+    except ValueError as e:
+        out["bad"] = str(e)
+    os.environ.pop(env)
     return out
 
 

@@ -41,6 +41,16 @@ def test_the_gemv_runs_only_for_its_key_on_the_naive_assignment_with_the_switch_
     assert "LMI_MOE_DECODE_GEMV='sometimes' is not understood" in d["bad switch"]
 
 
+def test_under_an_expert_map_the_mapped_ids_take_the_naive_assignment_only_when_asked(result):
+    """LMI_MOE_DECODE_GEMV_EXPERT_MAP=1: a few routed pairs whose w13 entry holds a GEMV dict get their ids mapped to
+    this rank's experts (another rank's expert and an invalid id: -1) and no alignment; unset (the default), without
+    the key, with too many pairs or with the GEMV off, vLLM aligns them."""
+    e = result["dispatch"]["expert map"]
+    assert e["on"] == {"sorted": None, "ids": [0, -1, 3, -1], "dtype": "torch.int32", "padded": [4 * 16]}
+    assert e["default"] == e["on, no key"] == e["on, many pairs"] == e["on, GEMV off"] == "aligned"
+    assert "LMI_MOE_DECODE_GEMV_EXPERT_MAP='maybe' is not understood" in e["bad"]
+
+
 def test_the_candidate_files_give_the_gemv_where_the_probe_measured_a_gain(result):
     """bench/data/h200_gemv_probe/candidates, read by vLLM's patched lookup for the Qwen3-Coder EP8 rank: both GEMMs
     at one token, w13 at two and four (its w2 was 0.965x and 1.061x there), none at eight (not probed)."""
