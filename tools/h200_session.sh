@@ -10,6 +10,10 @@
 #                                               # the host's torch and Triton; carry .cache/carry); runs beside
 #                                               # the staging calls, and `all` waits for it, then serves the image
 #                                               # with the gated files added to configs/
+#   setsid tools/h200_session.sh gemv-probe &   # patch 0011's decode GEMV probe (bench/moe_gemv_probe.py, with
+#                                               # --expert-map): the host's torch and Triton, no wheelhouse (carry
+#                                               # .cache/carry/patched/fused_moe.py); runs beside the staging calls,
+#                                               # `all` waits for it; GEMV_PROBE_ARGS: the probe's flags
 #   setsid tools/h200_session.sh prep &         # once the image's parts are staged, while the peers' still arrive:
 #                                               # the image's runtime, stock vLLM and the models of E2E_ARGS
 #                                               # (from a copy of the tree); `all` waits for it and skips those
@@ -94,6 +98,14 @@ tune)
     rm -rf "$K/configs" && cp -r configs "$K/configs" && cp "$K"/gated/*.json "$K/configs/"
     touch "$K/DONE"
     ;;
+gemv-probe)
+    # From a copy of the tree (the next call replaces the tree); the GPU is idle while parts are staged
+    G=$RES/gemv; mkdir -p "$G" && rm -rf /root/gemv-tree && cp -a . /root/gemv-tree && cd /root/gemv-tree || exit 1
+    exec > >(tee -a "$G/probe.log") 2>&1
+    python3 bench/moe_gemv_probe.py --fused-moe-py .cache/carry/patched/fused_moe.py --out "$G" \
+        ${GEMV_PROBE_ARGS:---shapes qwen3-coder-480b-ep8 qwen3-235b-ep8 deepseek-v3-ep8 --ms 1 2 4 --space wide --expert-map} \
+        && touch "$G/DONE"
+    ;;
 prep)
     # From a copy of the tree (the next call replaces the tree): the install reads Makefile and patches/
     mkdir -p "$RES" && rm -f "$PREP_DONE" && rm -rf /root/prep-tree && cp -a . /root/prep-tree && cd /root/prep-tree || exit 1
@@ -161,6 +173,11 @@ all)
             E2E_ARGS=$(echo " ${E2E_ARGS:-} " | sed "s/ image-candidates / /g")
         fi
     fi
+    if [ -d "$RES/gemv" ]; then
+        step "waiting for the GEMV probe (its GPU timings must not share the GPU)"
+        while [ ! -f "$RES/gemv/DONE" ] && pgrep -f "h200_session.sh gemv-prob[e]" > /dev/null; do sleep 5; done
+        [ -f "$RES/gemv/DONE" ] || echo "GEMV probe failed: $RES/gemv/probe.log"
+    fi
     if [ -d "$RES/kernels" ]; then
         step "waiting for the config tune (its GPU timings must not share the GPU)"
         while [ ! -f "$RES/kernels/DONE" ] && pgrep -f "h200_session.sh tun[e]" > /dev/null; do sleep 5; done
@@ -210,7 +227,7 @@ collect)
     for f in e2e.md e2e.json; do [ -f "$RES/e2e/$f" ] && cp "$RES/e2e/$f" "$OUT/"; done
     [ -d "$RES/kernels" ] && tar -czf "$OUT/kernels.tar.gz" -C "$RES" --exclude kernels/configs kernels
     # the kernel benches' tables and data in one file: at most 8 files come back from a call
-    benches=$(cd "$RES" && ls -d quant/fp8_quant.* router/router_topk.* decode/decode_gemm.* candidates 2>/dev/null)
+    benches=$(cd "$RES" && ls -d quant/fp8_quant.* router/router_topk.* decode/decode_gemm.* candidates gemv 2>/dev/null)
     [ -n "$benches" ] && tar -czf "$OUT/kernel-benches.tar.gz" -C "$RES" $benches
     [ -d "$RES/e2e/logs" ] && tar -czf "$OUT/e2e-logs.tar.gz" -C "$RES/e2e" logs
     # the servers' logs while they run, and the cross-check client's report (bench/e2e/crosscheck.py)
