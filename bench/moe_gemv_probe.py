@@ -188,16 +188,17 @@ def main(argv: list[str] | None = None) -> int:
                 r = dict(probe(ctx, kmod, gmod, M, gemm, bw, a.space), shape=name)
                 rows.append(r)
                 b = r["gemv_best"]
-                if a.expert_map and b:
-                    r["mapped"] = probe_mapped(ctx, gmod, M, gemm, b["cfg"])
-                    mu = r["mapped"]["us"]
-                    print(f"|   mapped ids: {r['mapped']['pairs']} pairs a launch | {M} | {gemm} | "
-                          f"{r['vllm_us']:.1f} | {mu if mu is None else round(mu, 1)} | error "
-                          f"{r['mapped']['relerr']:.4f} | {mu / r['vllm_us'] if mu else float('nan'):.3f} | - |")
                 print(f"| {name} | {M} | {gemm} | {r['vllm_us']:.1f} ({r['vllm_config']}) | "
                       f"{b['us']:.1f} | {b['cfg']} | {r['ratio']:.3f} | {r['floor_us']:.1f} |" if b else
                       f"| {name} | {M} | {gemm} | {r['vllm_us']:.1f} | none passed | - | - | {r['floor_us']:.1f} |",
                       flush=True)
+                if a.expert_map and b:
+                    r["mapped"] = probe_mapped(ctx, gmod, M, gemm, b["cfg"])
+                    mu = r["mapped"]["us"]
+                    print(f"| {name}, mapped ids ({r['mapped']['pairs']} pairs a launch) | {M} | {gemm} | "
+                          f"{r['vllm_us']:.1f} | {mu if mu is None else round(mu, 1)} | error "
+                          f"{r['mapped']['relerr']:.4f} | {mu / r['vllm_us'] if mu else float('nan'):.3f} | - |",
+                          flush=True)
                 (a.out / "gemv_probe.json").write_text(json.dumps(
                     {"copy_rate_Bps": bw, "vllm_kernel_sha": sha, "torch": torch.__version__,
                      "triton": __import__("triton").__version__, "rows": rows}, indent=1))
