@@ -223,12 +223,16 @@ peers)
     ;;
 collect)
     [ -d "$RES" ] || { echo "no results yet"; exit 0; }
-    for f in session.log prep.log smoke.log; do [ -f "$RES/$f" ] && cp "$RES/$f" "$OUT/"; done
+    # at most 8 files come back from a call: session.log, setup-logs, e2e.md, e2e.json, kernel-benches and the
+    # three tarballs of logs and kernels below
+    [ -f "$RES/session.log" ] && cp "$RES/session.log" "$OUT/"
+    setup=$(cd "$RES" && ls prep.log smoke.log 2>/dev/null)
+    [ -n "$setup" ] && tar -czf "$OUT/setup-logs.tar.gz" -C "$RES" $setup
     for f in e2e.md e2e.json; do [ -f "$RES/e2e/$f" ] && cp "$RES/e2e/$f" "$OUT/"; done
-    [ -d "$RES/kernels" ] && tar -czf "$OUT/kernels.tar.gz" -C "$RES" --exclude kernels/configs kernels
-    # the kernel benches' tables and data in one file: at most 8 files come back from a call
-    benches=$(cd "$RES" && ls -d quant/fp8_quant.* router/router_topk.* decode/decode_gemm.* candidates gemv 2>/dev/null)
-    [ -n "$benches" ] && tar -czf "$OUT/kernel-benches.tar.gz" -C "$RES" $benches
+    # the kernel benches' and the tune's tables and data (not the tune's configs/ copy) in one file
+    benches=$(cd "$RES" && ls -d quant/fp8_quant.* router/router_topk.* decode/decode_gemm.* candidates gemv kernels \
+              2>/dev/null)
+    [ -n "$benches" ] && tar -czf "$OUT/kernel-benches.tar.gz" -C "$RES" --exclude kernels/configs $benches
     [ -d "$RES/e2e/logs" ] && tar -czf "$OUT/e2e-logs.tar.gz" -C "$RES/e2e" logs
     # the servers' logs while they run, and the cross-check client's report (bench/e2e/crosscheck.py)
     [ -d /tmp/e2e-work/logs ] && tar -czf "$OUT/e2e-live-logs.tar.gz" -C /tmp/e2e-work logs \
