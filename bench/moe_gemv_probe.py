@@ -27,7 +27,7 @@ import torch  # noqa: E402
 from bench.moe.configs import cfg_str, gemm_config, try_get_config  # noqa: E402
 from bench.moe.gemv_space import candidate_configs  # noqa: E402
 from bench.moe.kernel_source import load_definitions, load_kernel  # noqa: E402
-from bench.moe.problem import ShapeCtx, dequant_a, dequant_w  # noqa: E402
+from bench.moe.problem import Inputs, ShapeCtx, dequant_a, dequant_w  # noqa: E402
 from bench.moe.timing import measure_copy_bandwidth, run_config, time_graph  # noqa: E402
 
 TOLERANCE = 5e-2  # the harness's (bench/moe/problem.check): fp8 products summed over K=2,560-7,168
@@ -61,33 +61,20 @@ def gemv_fns(gmod, ctx: ShapeCtx, M: int, gemm: str, config: dict) -> list:
 class MappedBatch:
     """One decode batch as a rank of the real EP deployment sees it: M tokens, each routed to the deployment's top-k
     of its global experts (shape["ep"]), this rank holding global experts 0..E-1; the ids mapped as an expert map
-    would map them (another rank's expert: -1). Both GEMMs' operands, for 0011's launcher under an expert map."""
+    would map them (another rank's expert: -1). The operands are the harness's Inputs over the global routing."""
 
     def __init__(self, shape: dict, M: int, dev, gen):
         experts, top_k = shape["ep"]
-        H, N, bk = shape["H"], shape["N"], shape["block"][1]
-        dt = torch.float8_e4m3fn if dev.type == "cuda" else torch.float32
-        logits = torch.rand((M, experts), generator=gen, device=dev)
-        weights, ids = torch.topk(logits, top_k, dim=1)
         self.top_k = top_k
-        self.topk_w = torch.softmax(weights, dim=1).float().contiguous()
-        self.global_ids = ids.to(torch.int32).contiguous()
-        local = self.global_ids.reshape(-1)
-        self.ids = torch.where(local < shape["E"], local, torch.full_like(local, -1)).contiguous()
+        self.inp = Inputs(dict(shape, E=experts, topk=top_k), M, dev, gen)
+        flat = self.inp.topk_ids.reshape(-1)
+        self.ids = torch.where(flat < shape["E"], flat, torch.full_like(flat, -1)).contiguous()
         self.local_pairs = int((self.ids >= 0).sum())
-        self.A1 = torch.randn((M, H), generator=gen, device=dev).to(dt)
-        self.A1s = torch.rand((M, H // bk), generator=gen, device=dev) * 0.02 + 0.01
-        self.A2 = torch.randn((M * top_k, N), generator=gen, device=dev).to(dt)
-        self.A2s = torch.rand((M * top_k, N // bk), generator=gen, device=dev) * 0.02 + 0.01
-        cdt = torch.bfloat16 if dev.type == "cuda" else torch.float32
-        self.C1 = torch.empty((M, top_k, 2 * N), device=dev, dtype=cdt)
-        self.C2 = torch.empty((M, top_k, H), device=dev, dtype=cdt)
+        self.topk_w = self.inp.topk_w
 
     def args(self, gemm: str):
         """(A, A_scale, C, mul_routed_weight, top_k) of one GEMM."""
-        if gemm == "w13":
-            return self.A1, self.A1s, self.C1, False, self.top_k
-        return self.A2, self.A2s, self.C2, True, 1
+        return (*self.inp.gemm_args(gemm), self.top_k if gemm == "w13" else 1)
 
     def launch(self, gmod, B, Bs, gemm: str, config: dict) -> bool:
         A, As, C, mul, top_k = self.args(gemm)
