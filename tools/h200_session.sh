@@ -67,6 +67,12 @@ install_image() {
 }
 t0=$(date +%s)
 step() { echo "=== $(($(date +%s) - t0)) s: $*"; }
+# Wait while a background subcommand runs (its process, by a pgrep pattern) and has not written its DONE file;
+# true when it did
+wait_for() {  # DONE_FILE PGREP_PATTERN
+    while [ ! -f "$1" ] && pgrep -f "$2" > /dev/null; do sleep 5; done
+    [ -f "$1" ]
+}
 PREP_LOG=$RES/prep.log PREP_DONE=$RES/PREP_DONE
 
 case "${1:-}" in
@@ -122,8 +128,7 @@ all)
     exec > >(tee -a "$RES/session.log") 2>&1
     if [ -f "$PREP_LOG" ]; then
         step "waiting for prep (the image's runtime, stock vLLM, the models: $PREP_LOG)"
-        while [ ! -f "$PREP_DONE" ] && pgrep -f "h200_session.sh pre[p]" > /dev/null; do sleep 5; done
-        [ -f "$PREP_DONE" ] || { echo "prep failed: the session stops"; tail -n 30 "$PREP_LOG"; exit 1; }
+        wait_for "$PREP_DONE" "h200_session.sh pre[p]" || { echo "prep failed: the session stops"; tail -n 30 "$PREP_LOG"; exit 1; }
     else
         install_image || exit 1
     fi
@@ -175,13 +180,11 @@ all)
     fi
     if [ -d "$RES/gemv" ]; then
         step "waiting for the GEMV probe (its GPU timings must not share the GPU)"
-        while [ ! -f "$RES/gemv/DONE" ] && pgrep -f "h200_session.sh gemv-prob[e]" > /dev/null; do sleep 5; done
-        [ -f "$RES/gemv/DONE" ] || echo "GEMV probe failed: $RES/gemv/probe.log"
+        wait_for "$RES/gemv/DONE" "h200_session.sh gemv-prob[e]" || echo "GEMV probe failed: $RES/gemv/probe.log"
     fi
     if [ -d "$RES/kernels" ]; then
         step "waiting for the config tune (its GPU timings must not share the GPU)"
-        while [ ! -f "$RES/kernels/DONE" ] && pgrep -f "h200_session.sh tun[e]" > /dev/null; do sleep 5; done
-        [ -f "$RES/kernels/DONE" ] && export LMI_CONFIGS_DIR="$RES/kernels/configs" || echo "tune failed: shipped configs only"
+        wait_for "$RES/kernels/DONE" "h200_session.sh tun[e]" && export LMI_CONFIGS_DIR="$RES/kernels/configs" || echo "tune failed: shipped configs only"
         echo "image configs: ${LMI_CONFIGS_DIR:-configs/}"
     fi
     step "engine benchmark"
