@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench.moe.configs import entry_str, get_default_config, try_get_config
-from bench.moe.shapes import SHAPES, vllm_warmup_ms
+from bench.moe.shapes import SHAPES, gemm_dims, vllm_warmup_ms
 from serving.vllm_patches.moe_configs import config_file_name, gemm_config, get_moe_configs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,9 +65,8 @@ def test_config_file_format(path):
             if "GEMV" in cfg:
                 # patch 0011's own check, from the installed vLLM, at this GEMM's N and K
                 assert block == [128, 128], f"M={k} {gemm}: a GEMV dict needs [128, 128] blocks"
-                hidden = next(s["H"] for s in SHAPES.values() if (s["E"], s["N"], s["block"]) == (E, N, block))
-                n, kk = (2 * N, hidden) if gemm == "w13" else (hidden, N)
-                _fused_moe().lmi_check_gemv_config(cfg["GEMV"], n, kk)
+                shape = next(s for s in SHAPES.values() if (s["E"], s["N"], s["block"]) == (E, N, block))
+                _fused_moe().lmi_check_gemv_config(cfg["GEMV"], *gemm_dims(shape, gemm))
 
 
 def _fused_moe():
