@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 
-from serving.vllm_patches.moe_configs import GEMM_NAMES, gemm_config, get_moe_configs, nearest_config
+from serving.vllm_patches.moe_configs import GEMM_NAMES, GEMV_KEY, gemm_config, get_moe_configs, nearest_config
 
 
 CFG_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
@@ -88,7 +88,9 @@ def cfg_clean(c: dict) -> dict:
 
 
 def entry_str(entry: dict) -> str:
-    if not any(g in entry for g in GEMM_NAMES):
+    """An entry's tile configs: the flat one, or each GEMM's where a per-GEMM dict changes a tile key (a GEMV dict
+    alone does not: it configures patch 0011's kernel, not the GEMM's tiles)."""
+    if not any(set(entry.get(g, {})) - {GEMV_KEY} for g in GEMM_NAMES):
         return cfg_str(entry)
     return " / ".join(f"{g} {cfg_str(gemm_config(entry, g))}" for g in GEMM_NAMES)
 

@@ -18,14 +18,14 @@ import argparse
 import json
 from pathlib import Path
 
-from serving.vllm_patches.moe_configs import config_file_name
+from serving.vllm_patches.moe_configs import GEMV_KEY, config_file_name
 from .shapes import SHAPES
 
 ROOT = Path(__file__).resolve().parents[2]
 # The kernel bench's stock-against-stock spread reached 1.9% (bench/RESULTS.md): a smaller gain is not one
 DEFAULT_MAX_RATIO = 0.95
 # The shapes whose GEMV dicts ship in configs/, each with the engine run that gated them (bench/RESULTS-archive.md)
-GATED = {"qwen3-235b-ep8": "run 20"}
+GATED = {"qwen3-235b-ep8": "run 20", "qwen3-coder-480b-ep8": "run 21"}
 
 
 def gemv_files(probe: dict, configs_dir: Path, max_ratio: float = DEFAULT_MAX_RATIO,
@@ -48,7 +48,7 @@ def gemv_files(probe: dict, configs_dir: Path, max_ratio: float = DEFAULT_MAX_RA
         entry = out[name].get(str(row["M"]))
         if entry is None:
             raise SystemExit(f"{name}: no entry for M={row['M']} to extend")
-        entry.setdefault(row["gemm"], {})["GEMV"] = dict(best["cfg"])
+        entry.setdefault(row["gemm"], {})[GEMV_KEY] = dict(best["cfg"])
     return out
 
 
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, entries in sorted(files.items()):
         (a.out / name).write_text(json.dumps(entries, indent=4) + "\n")
         gemv = sorted(f"M={m} {g}" for m, e in entries.items() for g in ("w13", "w2")
-                      if isinstance(e, dict) and "GEMV" in e.get(g, {}))
+                      if isinstance(e, dict) and GEMV_KEY in e.get(g, {}))
         print(f"{a.out / name}: GEMV at {', '.join(gemv)}")
     return 0
 

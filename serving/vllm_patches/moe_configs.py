@@ -32,6 +32,8 @@ DEFAULT_DECODE_MAX = 32
 H200_FP8_CONFIG_GLOB = "E=*,N=*,device_name=NVIDIA_H200,dtype=fp8_w8a8*.json"
 # The per-GEMM dicts an entry may hold (patch 0003).
 GEMM_NAMES = ("w13", "w2")
+# The key of patch 0011's matrix-vector kernel config inside a per-GEMM dict: not a tile config of the GEMM.
+GEMV_KEY = "GEMV"
 
 # Where vLLM keeps swap-AB's rule and its call (paths as in the patches: "vllm/...").
 MOE_UTILS = "vllm/model_executor/layers/fused_moe/utils.py"
