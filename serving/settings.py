@@ -241,12 +241,14 @@ SETTINGS: tuple[Setting, ...] = (
             engine_env="LMI_BLOCK_FP8_SMALL_M_TRITON"),
     Setting("moe_decode_gemv", "false: vLLM's fused_moe_kernel for every fused-MoE batch instead of the matrix-vector "
             "kernel where a tuned config entry of a block-FP8 shape holds a GEMV dict (few routed pairs, no expert "
-            "map; patch 0011; configs/ holds them for the Qwen3-235B EP8 rank).", parse=parse_bool, env=("LMI_MOE_DECODE_GEMV",),
+            "map; patch 0011; configs/ holds them for the Qwen3-235B and Qwen3-Coder EP8 ranks).", parse=parse_bool,
+            env=("LMI_MOE_DECODE_GEMV",),
             engine_env="LMI_MOE_DECODE_GEMV"),
     Setting("moe_decode_gemv_expert_map", "true: under expert parallelism (an expert map) too, a fused-MoE batch of a "
             "few routed pairs whose tuned entry holds a GEMV dict runs the matrix-vector kernel over its mapped "
-            "expert ids, another rank's pairs written as zeros (patch 0011). Off by default: not yet timed on the "
-            "H200.", parse=parse_bool, env=("LMI_MOE_DECODE_GEMV_EXPERT_MAP",),
+            "expert ids, another rank's pairs written as zeros (patch 0011). Off by default: the kernel's grid then "
+            "holds every routed pair, most of them another rank's, and the H200 timed it at 0.91-1.6x vLLM's kernel "
+            "(bench/RESULTS-archive.md, kernel probe 21b).", parse=parse_bool, env=("LMI_MOE_DECODE_GEMV_EXPERT_MAP",),
             engine_env="LMI_MOE_DECODE_GEMV_EXPERT_MAP"),
     Setting("qk_norm_rope_fusion", "true: vLLM's fused Q/K RMSNorm + RoPE CUDA kernel (its enable_qk_norm_rope_fusion "
             "compilation pass) instead of the Triton kernel torch.compile generates for Qwen3-style attention, whose "

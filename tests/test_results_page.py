@@ -72,6 +72,14 @@ def test_the_235b_ep8_gemv_and_vllm_034_figures_are_the_recorded_run_20():
                 assert f"{statistics.median(cross):.3f}x" in headline, (arm, clients)
 
 
+def test_the_coder_ep8_gemv_figure_is_the_recorded_run_21():
+    """The headline's Coder EP8 figure with patch 0011's entries (image-candidates/stock, one client) is run 21's."""
+    res = json.loads((ROOT / "bench" / "data" / "h200_block_21" / "e2e.json").read_text())
+    headline = PAGE.split("## Goals")[0]
+    ratios = paired_ratios([res], "qwen3-coder-480b-ep8-block@36L", "throughput", "tok_s", "1", arm="image-candidates")
+    assert len(ratios) == 3 and f"**{statistics.median(ratios):.3f}x**" in headline
+
+
 def test_index_names_every_run_of_the_archive_and_its_data():
     index = PAGE.split("## Index of runs")[1]
     runs = re.findall(r"^### Run (\d+)\b", ARCHIVE, re.M)
