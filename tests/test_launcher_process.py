@@ -52,6 +52,33 @@ def test_servers_started_together_get_their_outcome_each(tmp_path):
     assert ok.host == ok.url.removeprefix("http://")
 
 
+def test_a_failed_server_is_reported_with_the_lines_that_name_its_cause(tmp_path):
+    """A vLLM engine that dies in its warm-up logs the cause (CUDA out of memory) thousands of characters before its
+    last lines, the API server's generic traceback: the report names the cause lines first, then the tail."""
+    script = ("import sys\n"
+              "print('INFO loading weights')\n"
+              "print('[W1204 12:19:25 CUDACachingAllocator.cpp:3933] memory allocation failed with OOM on device 0')\n"
+              "print('(EngineCore pid=1) ERROR [core.py:1510] RuntimeError: torch_call_dispatcher API call failed')\n"
+              "for i in range(200): print(f'  File frame{{i}}.py, line {{i}}, in f')\n"  # {{ }}: _spawn formats
+              "print('RuntimeError: Engine core initialization failed. See root cause above.')\n"
+              "sys.exit(1)\n")
+    dead = _spawn(tmp_path, "engine", [sys.executable, "-c", script])
+    lines: list[str] = []
+    try:
+        wait_ready([dead], timeout=30, report=lines.append)
+    finally:
+        stop(dead.proc, grace=5)
+    assert dead.failed == "exited with 1"
+    (report,) = lines
+    cause, tail = report.split("log tail:\n")
+    assert cause.startswith("engine: exited with 1; cause lines:\n")
+    assert cause.splitlines()[1:] == [
+        "[W1204 12:19:25 CUDACachingAllocator.cpp:3933] memory allocation failed with OOM on device 0",
+        "(EngineCore pid=1) ERROR [core.py:1510] RuntimeError: torch_call_dispatcher API call failed",
+        "RuntimeError: Engine core initialization failed. See root cause above."]
+    assert "with OOM" not in tail and tail.rstrip().endswith("See root cause above.")
+
+
 def test_require_ready_raises_with_the_log_tail(tmp_path):
     dead = _spawn(tmp_path, "dead", ["sh", "-c", "echo no GPU found; exit 1"])
     with pytest.raises(RuntimeError, match="(?s)server exited with 1.*no GPU found"):

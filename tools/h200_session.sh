@@ -67,10 +67,13 @@ install_image() {
 }
 t0=$(date +%s)
 step() { echo "=== $(($(date +%s) - t0)) s: $*"; }
-# Wait while a background subcommand runs (its process, by a pgrep pattern) and has not written its DONE file;
-# true when it did
-wait_for() {  # DONE_FILE PGREP_PATTERN
-    while [ ! -f "$1" ] && pgrep -f "$2" > /dev/null; do sleep 5; done
+# pgrep/pkill patterns for this script's subcommands and the benches they run, anchored at the start of a command
+# line: a caller's shell whose command only mentions them (`h200_session.sh stop; ... bench.e2e ...`) is not one
+subcommand() { echo "^(/usr/bin/)?bash [^ ]*h200_session[.]sh $1( |\$)"; }
+E2E_PROC='^[^ ]*python[0-9.]* -m bench[.]e2e( |$)'
+# Wait while a background subcommand runs and has not written its DONE file; true when it did
+wait_for() {  # DONE_FILE SUBCOMMAND
+    while [ ! -f "$1" ] && pgrep -f "$(subcommand "$2")" > /dev/null; do sleep 5; done
     [ -f "$1" ]
 }
 PREP_LOG=$RES/prep.log PREP_DONE=$RES/PREP_DONE
@@ -128,7 +131,7 @@ all)
     exec > >(tee -a "$RES/session.log") 2>&1
     if [ -f "$PREP_LOG" ]; then
         step "waiting for prep (the image's runtime, stock vLLM, the models: $PREP_LOG)"
-        wait_for "$PREP_DONE" "h200_session.sh pre[p]" || { echo "prep failed: the session stops"; tail -n 30 "$PREP_LOG"; exit 1; }
+        wait_for "$PREP_DONE" prep || { echo "prep failed: the session stops"; tail -n 30 "$PREP_LOG"; exit 1; }
     else
         install_image || exit 1
     fi
@@ -180,11 +183,11 @@ all)
     fi
     if [ -d "$RES/gemv" ]; then
         step "waiting for the GEMV probe (its GPU timings must not share the GPU)"
-        wait_for "$RES/gemv/DONE" "h200_session.sh gemv-prob[e]" || echo "GEMV probe failed: $RES/gemv/probe.log"
+        wait_for "$RES/gemv/DONE" gemv-probe || echo "GEMV probe failed: $RES/gemv/probe.log"
     fi
     if [ -d "$RES/kernels" ]; then
         step "waiting for the config tune (its GPU timings must not share the GPU)"
-        wait_for "$RES/kernels/DONE" "h200_session.sh tun[e]" && export LMI_CONFIGS_DIR="$RES/kernels/configs" || echo "tune failed: shipped configs only"
+        wait_for "$RES/kernels/DONE" tune && export LMI_CONFIGS_DIR="$RES/kernels/configs" || echo "tune failed: shipped configs only"
         echo "image configs: ${LMI_CONFIGS_DIR:-configs/}"
     fi
     step "engine benchmark"
@@ -250,10 +253,11 @@ collect)
     ;;
 stop)
     # SIGTERM: the engine bench stops its servers (their process groups) before it exits
-    pkill -TERM -f "h200_session.sh al[l]"; pkill -TERM -f "h200_session.sh tun[e]"; pkill -TERM -f moe_kernel_bench
-    pkill -TERM -f "bench[.]e2e( |$)"
-    for _ in $(seq 60); do pgrep -f "bench[.]e2e( |$)" > /dev/null || break; sleep 1; done
-    pgrep -fa "bench[.]e2e( |$)|VLLM::EngineCore|sglang::" || echo "stopped"
+    pkill -TERM -f "$(subcommand all)"; pkill -TERM -f "$(subcommand tune)"
+    pkill -TERM -f '^[^ ]*python[0-9.]* [^ ]*moe_kernel_bench[.]py'
+    pkill -TERM -f "$E2E_PROC"
+    for _ in $(seq 60); do pgrep -f "$E2E_PROC" > /dev/null || break; sleep 1; done
+    pgrep -fa "$E2E_PROC|^VLLM::EngineCore|^sglang::" || echo "stopped"
     nvidia-smi --query-gpu=memory.used --format=csv,noheader
     ;;
 *)

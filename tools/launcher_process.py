@@ -10,6 +10,7 @@ from __future__ import annotations
 import http.client
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -80,6 +81,32 @@ class Server:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def failure(self) -> str:
+        """Why it failed, the first lines of its log that name a cause, and its log tail: a server that dies in its
+        engine's start ends its log with the API server's generic traceback, thousands of characters after the
+        cause (CUDA running out of memory in a warm-up, on the H200)."""
+        log = self.log()
+        causes = cause_lines(log)
+        return (f"{self.failed}; " + (f"cause lines:\n{chr(10).join(causes)}\n" if causes else "")
+                + f"log tail:\n{log[-2500:]}")
+
+
+# A log line that names why a process died, as CUDA, PyTorch, the kernel and Python word it
+_CAUSE = re.compile(r"out of memory|with OOM|CUDA error|No space left on device|\bKilled\b|\b\w*(Error|Exception): ")
+CAUSE_LINES = 4
+
+
+def cause_lines(log: str, limit: int = CAUSE_LINES) -> list[str]:
+    """The first `limit` distinct lines of a log that name a cause (_CAUSE), each cut to 300 characters."""
+    out: list[str] = []
+    for line in log.splitlines():
+        line = line.strip()[:300]
+        if _CAUSE.search(line) and line not in out:
+            out.append(line)
+            if len(out) == limit:
+                break
+    return out
+
 
 def start_session(command: list[str], env: Mapping[str, str], stdout, cwd: Path | None = None,
                   nice: int = 0) -> subprocess.Popen:
@@ -139,7 +166,7 @@ def wait_ready(servers: list[Server], timeout: float, report: Callable[[str], No
             else:
                 continue
             if report:
-                report(f"{s.name}: {s.failed}; log tail:\n{s.log()[-2500:]}")
+                report(f"{s.name}: {s.failure()}")
         if any(not s.ready_s and s.failed is None for s in servers):
             time.sleep(1)
 
