@@ -77,6 +77,8 @@ wait_for() {  # DONE_FILE SUBCOMMAND
     [ -f "$1" ]
 }
 PREP_LOG=$RES/prep.log PREP_DONE=$RES/PREP_DONE
+# A background subcommand runs from its own copy of the tree (/root/NAME-tree): the next call replaces the tree
+tree_copy() { rm -rf "/root/$1-tree" && cp -a . "/root/$1-tree" && cd "/root/$1-tree"; }
 
 case "${1:-}" in
 probe)
@@ -90,8 +92,8 @@ stage)
     ;;
 tune)
     # Per-GEMM tune of the block-FP8 shapes, candidate files, their bench against stock (its file or its default
-    # heuristic), the gated files. From a copy of the tree: the next call replaces the tree.
-    K=$RES/kernels; mkdir -p "$K" && rm -rf /root/tune-tree && cp -a . /root/tune-tree && cd /root/tune-tree || exit 1
+    # heuristic), the gated files.
+    K=$RES/kernels; mkdir -p "$K" && tree_copy tune || exit 1
     exec > >(tee -a "$K/tune.log") 2>&1
     S=.cache/carry/stock; P=.cache/carry/patched; MS=1,2,4,8,16,24,32,48,64,96,128,256,512
     SHAPES=${TUNE_SHAPES:-qwen3-235b-ep8,qwen3-coder-480b-ep8,deepseek-v3-ep8,qwen3-235b-tp4,qwen3-coder-480b-tp4}
@@ -108,16 +110,16 @@ tune)
     touch "$K/DONE"
     ;;
 gemv-probe)
-    # From a copy of the tree (the next call replaces the tree); the GPU is idle while parts are staged
-    G=$RES/gemv; mkdir -p "$G" && rm -rf /root/gemv-tree && cp -a . /root/gemv-tree && cd /root/gemv-tree || exit 1
+    # the GPU is idle while parts are staged
+    G=$RES/gemv; mkdir -p "$G" && tree_copy gemv || exit 1
     exec > >(tee -a "$G/probe.log") 2>&1
     python3 bench/moe_gemv_probe.py --fused-moe-py .cache/carry/patched/fused_moe.py --out "$G" \
         ${GEMV_PROBE_ARGS:---shapes qwen3-coder-480b-ep8 qwen3-235b-ep8 deepseek-v3-ep8 --ms 1 2 4 --space wide --expert-map} \
         && touch "$G/DONE"
     ;;
 prep)
-    # From a copy of the tree (the next call replaces the tree): the install reads Makefile and patches/
-    mkdir -p "$RES" && rm -f "$PREP_DONE" && rm -rf /root/prep-tree && cp -a . /root/prep-tree && cd /root/prep-tree || exit 1
+    # the install reads Makefile and patches/ from the copy
+    mkdir -p "$RES" && rm -f "$PREP_DONE" && tree_copy prep || exit 1
     exec > >(tee -a "$PREP_LOG") 2>&1
     install_image || exit 1
     step "the models of E2E_ARGS (bench.e2e --models-only; the run reuses them)"
