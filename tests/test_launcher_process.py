@@ -56,7 +56,8 @@ def test_a_failed_server_is_reported_with_the_lines_that_name_its_cause(tmp_path
     """A vLLM engine that dies in its warm-up logs the cause (CUDA out of memory) thousands of characters before its
     last lines, the API server's generic traceback: the report names the cause lines first, then the tail."""
     script = ("import sys\n"
-              "print('INFO loading weights')\n"
+              "print('(APIServer pid=1) WARNING 12-04 12:17:38 [system_utils.py:255] Found ulimit of 20000 and failed"
+              " to increase it. This can cause fd limit errors like `OSError: [Errno 24] Too many open files`.')\n"
               "print('[W1204 12:19:25 CUDACachingAllocator.cpp:3933] memory allocation failed with OOM on device 0')\n"
               "print('(EngineCore pid=1) ERROR [core.py:1510] RuntimeError: torch_call_dispatcher API call failed')\n"
               "for i in range(200): print(f'  File frame{{i}}.py, line {{i}}, in f')\n"  # {{ }}: _spawn formats

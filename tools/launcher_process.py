@@ -81,18 +81,19 @@ class Server:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
-    def failure(self) -> str:
-        """Why it failed, the first lines of its log that name a cause, and its log tail: a server that dies in its
+    def failure_log(self, tail: int = 2500) -> str:
+        """The lines of its log that name a cause, then its last `tail` characters: a server that dies in its
         engine's start ends its log with the API server's generic traceback, thousands of characters after the
         cause (CUDA running out of memory in a warm-up, on the H200)."""
         log = self.log()
         causes = cause_lines(log)
-        return (f"{self.failed}; " + (f"cause lines:\n{chr(10).join(causes)}\n" if causes else "")
-                + f"log tail:\n{log[-2500:]}")
+        return (f"cause lines:\n{chr(10).join(causes)}\n" if causes else "") + f"log tail:\n{log[-tail:]}"
 
 
-# A log line that names why a process died, as CUDA, PyTorch, the kernel and Python word it
+# A log line that names why a process died, as CUDA, PyTorch, the kernel and Python word it; vLLM's own DEBUG, INFO
+# and WARNING lines (level, then the date) are not causes, whatever they mention
 _CAUSE = re.compile(r"out of memory|with OOM|CUDA error|No space left on device|\bKilled\b|\b\w*(Error|Exception): ")
+_NOT_CAUSE = re.compile(r"\b(DEBUG|INFO|WARNING) \d\d-\d\d ")
 CAUSE_LINES = 4
 
 
@@ -101,7 +102,7 @@ def cause_lines(log: str, limit: int = CAUSE_LINES) -> list[str]:
     out: list[str] = []
     for line in log.splitlines():
         line = line.strip()[:300]
-        if _CAUSE.search(line) and line not in out:
+        if _CAUSE.search(line) and not _NOT_CAUSE.search(line) and line not in out:
             out.append(line)
             if len(out) == limit:
                 break
@@ -166,7 +167,7 @@ def wait_ready(servers: list[Server], timeout: float, report: Callable[[str], No
             else:
                 continue
             if report:
-                report(f"{s.name}: {s.failure()}")
+                report(f"{s.name}: {s.failed}; {s.failure_log()}")
         if any(not s.ready_s and s.failed is None for s in servers):
             time.sleep(1)
 
@@ -175,7 +176,7 @@ def require_ready(srv: Server, timeout: float = 420) -> Server:
     """wait_ready for one server; RuntimeError with its log tail if it fails."""
     wait_ready([srv], timeout)
     if srv.failed:
-        raise RuntimeError(f"server {srv.failed} (waited up to {timeout:.0f} s):\n{srv.log()[-4000:]}")
+        raise RuntimeError(f"server {srv.failed} (waited up to {timeout:.0f} s): {srv.failure_log(4000)}")
     return srv
 
 
