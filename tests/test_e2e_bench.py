@@ -180,6 +180,9 @@ def test_the_cross_check_plan_alternates_arms_on_the_same_prompts(tmp_path):
     assert len({seeds[(r, "stock", c)] for r in (0, 1) for c in (1, 8)}) == 4
     assert (args.random_input_len, args.random_output_len, args.ignore_eos, args.dataset_name) == (
         128, 128, True, "random")
+    # greedy, as the bench's own requests: the client would otherwise leave sampling to the server (temperature 1)
+    from bench.e2e.workload import completion_body
+    assert args.temperature == completion_body("m", [300], 8, stream=False)["temperature"] == 0.0
 
 
 def test_profile_windows_at_the_chosen_concurrencies_with_shorter_requests_count_their_own_steps(tmp_path):

@@ -1,7 +1,7 @@
 """The cross-check: every measured arm measured again, after the bench's own repetitions, by a client this project
 did not write: vLLM's own serving benchmark (`vllm bench serve`, the module vllm.benchmarks.serve of the image's
-Python), on its random dataset at the run's prompt and output lengths with ignore_eos, at each measured concurrency,
-`waves` requests per client, the arms alternating as in the bench's own repetitions (repetition, arm, concurrency).
+Python), on its random dataset at the run's prompt and output lengths with ignore_eos and greedy sampling (as the
+bench's own requests), at each measured concurrency, `waves` requests per client, the arms alternating as in the bench's own repetitions (repetition, arm, concurrency).
 
 Its output tokens/s, median TTFT and median inter-token latency are kept per arm and repetition in the shape of the
 bench's own figures (e2e.json: models.MODEL.cross_check.ARM, a list like reps.ARM), so the same paired ratios come
@@ -28,11 +28,13 @@ FIGURES = {"output_throughput": ("throughput", "tok_s"), "median_ttft_ms": ("lat
 
 def client_args(url: str, model_id: str, tokenizer: Path, in_tokens: int, out_tokens: int, clients: int,
                 waves: int, seed: int) -> list[str]:
-    """The client's command line for one measurement, its prompts drawn from `seed`."""
+    """The client's command line for one measurement, its prompts drawn from `seed`. Greedy, as the bench's own
+    requests (workload.completion_body): without --temperature the client leaves sampling to the server, whose
+    default is temperature 1, a sampler of another cost."""
     return ["--backend", "openai", "--base-url", url, "--model", model_id, "--tokenizer", str(tokenizer),
             "--dataset-name", "random", "--random-input-len", str(in_tokens), "--random-output-len", str(out_tokens),
             "--random-range-ratio", "0", "--num-prompts", str(waves * clients), "--max-concurrency", str(clients),
-            "--ignore-eos", "--seed", str(seed), "--disable-tqdm"]
+            "--ignore-eos", "--temperature", "0", "--seed", str(seed), "--disable-tqdm"]
 
 
 def measurement_seed(rep: int, clients: int) -> int:
