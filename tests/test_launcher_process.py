@@ -52,6 +52,23 @@ def test_servers_started_together_get_their_outcome_each(tmp_path):
     assert ok.host == ok.url.removeprefix("http://")
 
 
+def test_servers_short_of_min_ready_are_not_waited_for(tmp_path):
+    """Two servers to compare, one dead at start: the other is not waited for until the deadline."""
+    dead = _spawn(tmp_path, "dead", ["sh", "-c", "exit 1"])
+    slow = _spawn(tmp_path, "slow", ["sleep", "60"])
+    lines: list[str] = []
+    t0 = time.monotonic()
+    try:
+        wait_ready([dead, slow], timeout=50, report=lines.append, min_ready=2)
+    finally:
+        for s in (dead, slow):
+            stop(s.proc, grace=5)
+    assert time.monotonic() - t0 < 20
+    assert dead.failed == "exited with 1"
+    assert slow.failed == "not waited for: fewer than 2 of the 2 servers can be ready" and not slow.ready_s
+    assert lines[-1] == f"slow: {slow.failed}"
+
+
 def test_a_failed_server_is_reported_with_the_lines_that_name_its_cause(tmp_path):
     """A vLLM engine that dies in its warm-up logs the cause (CUDA out of memory) thousands of characters before its
     last lines, the API server's generic traceback: the report names the cause lines first, then the tail."""

@@ -148,12 +148,22 @@ def answers_ping(srv: Server) -> bool:
         conn.close()
 
 
-def wait_ready(servers: list[Server], timeout: float, report: Callable[[str], None] | None = None) -> None:
+def wait_ready(servers: list[Server], timeout: float, report: Callable[[str], None] | None = None,
+               min_ready: int = 0) -> None:
     """Poll each server's ready_path (/ping) until every one answers 200 or has failed, recording its ready_s or why it
     failed: its process exited, or it was not ready `timeout` seconds from now (servers that start together
-    share the deadline). `report` gets a line on each server's outcome (a failure's with its log tail)."""
+    share the deadline). `report` gets a line on each server's outcome (a failure's with its log tail).
+
+    With min_ready, once the failures leave fewer than min_ready servers that can still be ready, the rest are not
+    waited for (failed: "not waited for: ..."): a comparison short of its arms is not worth their start."""
     end = time.monotonic() + timeout
     while waiting := [s for s in servers if not s.ready_s and s.failed is None]:
+        if len(servers) - sum(s.failed is not None for s in servers) < min_ready:
+            for s in waiting:
+                s.failed = f"not waited for: fewer than {min_ready} of the {len(servers)} servers can be ready"
+                if report:
+                    report(f"{s.name}: {s.failed}")
+            return
         for s in waiting:
             if s.proc.poll() is not None:
                 s.failed = f"exited with {s.proc.returncode}"
