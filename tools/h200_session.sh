@@ -29,6 +29,8 @@
 #                                               # GEMMS=first; may be empty): small-M files from that bench
 #                                               # (bench.small_m_configs, these its flags) for the
 #                                               # image-candidates arm of the same run
+#   setsid tools/h200_session.sh e2e &          # the engine bench alone again (E2E_ARGS, PEERS, PROFILE as for all),
+#                                               # on the runtimes all or prep installed
 #   tools/h200_session.sh peers                 # the peer arms' runtimes (PEERS, default both) from their
 #                                               # staged parts, each a venv beside $GPU_VENV (make gpu-venv first)
 #   tools/h200_session.sh collect               # copy what is done so far into $OUT
@@ -79,6 +81,27 @@ wait_for() {  # DONE_FILE SUBCOMMAND
 PREP_LOG=$RES/prep.log PREP_DONE=$RES/PREP_DONE
 # A background subcommand runs from its own copy of the tree (/root/NAME-tree): the next call replaces the tree
 tree_copy() { rm -rf "/root/$1-tree" && cp -a . "/root/$1-tree" && cd "/root/$1-tree"; }
+# The bench's flags for the installed peer runtimes of PEERS (peer_args); a peer whose runtime is missing or failed
+# its check is taken out of E2E_ARGS (the bench would refuse the whole run for an arm without its runtime)
+peer_args=()
+set_peer_args() {
+    for peer in ${PEERS:-}; do
+        py="$PEER_ROOT/venv-$peer/bin/python"
+        if [ -x "$py" ] && [ -f "$PEER_ROOT/venv-$peer/check-passed" ]; then
+            peer_args+=("--${peer}-python" "$py")
+        else
+            echo "PEER $peer: runtime not installed or its check failed: its arm is taken out of E2E_ARGS for this run"
+            E2E_ARGS=$(echo " ${E2E_ARGS:-} " | sed "s/ $peer / /g")
+        fi
+    done
+}
+engine_bench() {
+    step "engine benchmark"
+    "$GPU_VENV/bin/python" -m bench.e2e --stock-site "$STOCK" --image-python "$GPU_VENV/bin/python" \
+        ${peer_args[@]+"${peer_args[@]}"} \
+        --models-dir /root/models --out "$RES/e2e" --ready-timeout 480 $([ "${PROFILE:-1}" = 0 ] || echo --profile) \
+        ${E2E_ARGS:-}
+}
 
 case "${1:-}" in
 probe)
@@ -137,21 +160,10 @@ all)
     else
         install_image || exit 1
     fi
-    peer_args=()
     if [ -n "${PEERS:-}" ]; then
         step "peer runtimes: $PEERS (beside $GPU_VENV)"
         "$0" peers
-        for peer in $PEERS; do
-            py="$PEER_ROOT/venv-$peer/bin/python"
-            if [ -x "$py" ] && [ -f "$PEER_ROOT/venv-$peer/check-passed" ]; then
-                peer_args+=("--${peer}-python" "$py")
-            else
-                # the bench would refuse the whole run for an arm without its runtime: the lease measures the others
-                echo "PEER $peer: runtime not installed or its check failed (above): its arm is taken out of" \
-                     "E2E_ARGS for this run"
-                E2E_ARGS=$(echo " ${E2E_ARGS:-} " | sed "s/ $peer / /g")
-            fi
-        done
+        set_peer_args
     fi
     # a kernel that fails its bench or disagrees with vLLM's op stays out of the engine run (the log says so)
     kernel_bench() {  # MODULE OUT_DIR SWITCH
@@ -192,12 +204,19 @@ all)
         wait_for "$RES/kernels/DONE" tune && export LMI_CONFIGS_DIR="$RES/kernels/configs" || echo "tune failed: shipped configs only"
         echo "image configs: ${LMI_CONFIGS_DIR:-configs/}"
     fi
-    step "engine benchmark"
-    "$GPU_VENV/bin/python" -m bench.e2e --stock-site "$STOCK" --image-python "$GPU_VENV/bin/python" \
-        ${peer_args[@]+"${peer_args[@]}"} \
-        --models-dir /root/models --out "$RES/e2e" --ready-timeout 480 $([ "${PROFILE:-1}" = 0 ] || echo --profile) \
-        ${E2E_ARGS:-}
+    engine_bench
     [ "${GEMMS:-1}" = first ] || decode_gemms
+    step "done"
+    touch "$RES/DONE"
+    ;;
+e2e)
+    # The engine bench again (E2E_ARGS, PEERS, PROFILE as for all) on what all or prep installed, e.g. after a run
+    # whose arms did not fit: its e2e/ is replaced, session.log gets its lines
+    mkdir -p "$RES" && exec > >(tee -a "$RES/session.log") 2>&1
+    [ -x "$GPU_VENV/bin/python" ] && [ -d "$STOCK/vllm" ] || { echo "no image runtime or stock vLLM: run all or prep"; exit 1; }
+    tree_copy e2e || exit 1
+    set_peer_args
+    engine_bench
     step "done"
     touch "$RES/DONE"
     ;;
@@ -255,7 +274,7 @@ collect)
     ;;
 stop)
     # SIGTERM: the engine bench stops its servers (their process groups) before it exits
-    pkill -TERM -f "$(subcommand all)"; pkill -TERM -f "$(subcommand tune)"
+    pkill -TERM -f "$(subcommand all)"; pkill -TERM -f "$(subcommand e2e)"; pkill -TERM -f "$(subcommand tune)"
     pkill -TERM -f '^[^ ]*python[0-9.]* [^ ]*moe_kernel_bench[.]py'
     pkill -TERM -f "$E2E_PROC"
     for _ in $(seq 60); do pgrep -f "$E2E_PROC" > /dev/null || break; sleep 1; done
@@ -263,6 +282,6 @@ stop)
     nvidia-smi --query-gpu=memory.used --format=csv,noheader
     ;;
 *)
-    sed -n 2,28p "$0"; exit 2
+    awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0"; exit 2  # the header above
     ;;
 esac
