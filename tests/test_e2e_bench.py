@@ -71,6 +71,7 @@ def test_both_arms_measured_alternately(run):
         for c, t in r["throughput"].items():
             assert t["tokens"] == t["requests"] * TOKENS and t["tok_s"] > 0
         for c, t in r["latency"].items():
+            assert t["stream_tok_s"] > 0  # the streamed requests' output tokens/s
             assert 0 < t["ttft_p50_ms"] <= t["ttft_p99_ms"]
             assert 0 < t["itl_p50_ms"] <= t["itl_p90_ms"] <= t["itl_p99_ms"] <= t["itl_p999_ms"] <= t["itl_max_ms"]
             assert 0 < t["itl_gaps"] <= t["requests"] * TOKENS and 0 <= t["itl_over_2x_median"] < t["itl_gaps"]
@@ -107,7 +108,8 @@ def test_summary_gives_a_ratio_per_metric(run):
     md = (out / "e2e.md").read_text()
     rows = [ln for ln in md.splitlines() if ln.startswith("| tiny-cpu | image |")]
     measured = [c for c in workload.THROUGHPUT_CONCURRENCY if c in CLIENTS]
-    assert len(rows) == len(measured) + 4 * len([c for c in workload.LATENCY_CONCURRENCY if c in CLIENTS])
+    assert len(rows) == len(measured) + 5 * len([c for c in workload.LATENCY_CONCURRENCY if c in CLIENTS])
+    assert any("| stream_tok_s | 1 |" in r for r in rows)
     tok1 = next(r for r in rows if "| tok_s | 1 |" in r).split("|")
     assert float(tok1[7]) > 0  # the median image/stock ratio
 

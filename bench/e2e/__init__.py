@@ -16,8 +16,9 @@ each; then the model's servers are stopped and the next model starts.
 Per arm and repetition:
 - output tokens/s with 1, 8, 32 and 128 concurrent clients (non-streamed OpenAI completions,
   fixed prompt and output lengths, ignore_eos), the server's max-num-seqs 128;
-- time to first token and inter-token latency, p50 and p99, streamed, 1, 8 and 32 clients (each chunk that carries
-  a token counts, with text or not, as vLLM's own client counts them);
+- time to first token and inter-token latency, p50 and p99, and output tokens/s of those streamed requests
+  (stream_tok_s), 1, 8 and 32 clients (each chunk that carries a token counts, with text or not, as vLLM's own
+  client counts them);
 and per server: time from start to the first /ping 200, the first request's time to first token,
 the time to first token of the first request at each new concurrency (the warm-up pass), and
 the count of vLLM's "JIT compilation during inference" warnings. With --profile, a torch-profiler
@@ -35,8 +36,8 @@ of vLLM's, and why (the same KV budget as tokens, the same context length and ba
 --arms names them (the default leaves them out); a peer named without its runtime's Python is refused.
 
 With --cross-check N, every measured arm is measured again after the bench's own repetitions by a client this
-project did not write, vLLM's `vllm bench serve` (random prompts of the same lengths, ignore_eos, the same
-concurrencies, the arms alternating), and e2e.md sets its paired ratios beside the bench's own.
+project did not write, vLLM's `vllm bench serve` (random prompts of the same lengths, ignore_eos, greedy, the same
+concurrencies, the arms alternating; it streams), and e2e.md sets its paired ratios beside the bench's own.
 
 The parts: models (the models, their arms and their weights), config (one run's settings), servers (each arm's
 server: command, environment, what its log says), workload (the HTTP client, prompts and measured runs), crosscheck

@@ -90,8 +90,9 @@ def paired_ratios(runs: list[dict], model: str, kind: str, metric: str, clients:
             continue
         for st, im in zip(reps.get(base, []), reps.get(arm, [])):
             # a zero base has no ratio (the cross-check's client reports an inter-token latency of 0 where a
-            # server sends the whole output in one chunk)
-            if clients in st[kind] and clients in im[kind] and st[kind][clients][metric]:
+            # server sends the whole output in one chunk); a figure a run did not record has none either
+            if clients in st[kind] and clients in im[kind] and st[kind][clients].get(metric) \
+                    and metric in im[kind][clients]:
                 out.append(im[kind][clients][metric] / st[kind][clients][metric])
     return out
 
@@ -100,7 +101,7 @@ def paired_ratios(runs: list[dict], model: str, kind: str, metric: str, clients:
 CROSS_CHECK_FIGURES = tuple(CROSS_FIGURES.values())
 FIGURES = ([("throughput", "tok_s", c) for c in THROUGHPUT_CONCURRENCY]
            + [("latency", k, c) for c in LATENCY_CONCURRENCY
-              for k in ("ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms")])
+              for k in ("stream_tok_s", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms")])
 
 
 def ratio_rows(results: dict, mname: str, arm: str, base: str, label: str) -> list[str]:
@@ -111,8 +112,8 @@ def ratio_rows(results: dict, mname: str, arm: str, base: str, label: str) -> li
         ratios = paired_ratios([results], mname, kind, metric, str(conc), arm, base)
         if not ratios:
             continue
-        b = [r[kind][str(conc)][metric] for r in reps[base]]
-        a = [r[kind][str(conc)][metric] for r in reps[arm]]
+        b = [r[kind][str(conc)][metric] for r in reps[base] if metric in r[kind].get(str(conc), {})]
+        a = [r[kind][str(conc)][metric] for r in reps[arm] if metric in r[kind].get(str(conc), {})]
         rows.append(f"| {mname} | {label} | {metric} | {conc} | {statistics.median(b):.1f} | "
                     f"{statistics.median(a):.1f} | {statistics.median(ratios):.3f} | "
                     f"{min(ratios):.3f}-{max(ratios):.3f} |")
