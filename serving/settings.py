@@ -246,9 +246,9 @@ SETTINGS: tuple[Setting, ...] = (
             engine_env="LMI_MOE_DECODE_GEMV"),
     Setting("moe_decode_gemv_expert_map", "true: under expert parallelism (an expert map) too, a fused-MoE batch of a "
             "few routed pairs whose tuned entry holds a GEMV dict runs the matrix-vector kernel over its mapped "
-            "expert ids, another rank's pairs written as zeros (patch 0011). Off by default: the kernel's grid then "
-            "holds every routed pair, most of them another rank's, and the H200 timed it at 0.91-1.6x vLLM's kernel "
-            "(bench/RESULTS-archive.md, kernel probe 21b).", parse=parse_bool, env=("LMI_MOE_DECODE_GEMV_EXPERT_MAP",),
+            "expert ids, a program taking one token's routed pairs in turn, another rank's pairs written as zeros "
+            "(patch 0011). Off by default: not timed on the H200 in this form; a program per pair took 0.91-1.6x "
+            "vLLM's kernel time (bench/RESULTS-archive.md, kernel probe 21b).", parse=parse_bool, env=("LMI_MOE_DECODE_GEMV_EXPERT_MAP",),
             engine_env="LMI_MOE_DECODE_GEMV_EXPERT_MAP"),
     Setting("qk_norm_rope_fusion", "true: vLLM's fused Q/K RMSNorm + RoPE CUDA kernel (its enable_qk_norm_rope_fusion "
             "compilation pass) instead of the Triton kernel torch.compile generates for Qwen3-style attention, whose "

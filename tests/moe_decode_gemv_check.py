@@ -49,22 +49,31 @@ def kernel_part(path: str) -> dict:
                 "ran": ran, "relerr": ((got[keep] - ref[keep]).norm() / ref[keep].norm()).item(),
                 "non_local_zeros": bool((got[1] == 0).all())}
     # a rank of an EP deployment (the probe's --expert-map batches): 3 tokens, top-4 of 8 global experts, this rank
-    # holding 0-3, the other rank's pairs -1
+    # holding 0-3, the other rank's pairs -1; a program per pair, and a program per token taking its 4 pairs in turn
     from bench.moe_gemv_probe import MappedBatch
     ep_shape = dict(SHAPE, ep=(8, 4))
     batch = MappedBatch(ep_shape, 3, dev, torch.Generator().manual_seed(11))
-    for gemm in ("w13", "w2"):
-        W = Weights(SHAPE, gemm, 1, dev, seed=7)
-        C = batch.args(gemm)[2]
-        C.fill_(float("nan"))
-        ran = batch.launch(mod, W.B[0], W.Bs[0], gemm, GEMV)
-        ref = batch.reference(ep_shape, W.B[0], W.Bs[0], gemm).reshape(-1, C.shape[-1])
-        got = C.reshape(-1, C.shape[-1])
-        remote = batch.ids < 0
-        out[f"mapped {gemm}"] = {
-            "ran": ran, "pairs": batch.ids.numel(), "local": batch.local_pairs,
-            "relerr": ((got[~remote] - ref[~remote]).norm() / ref[~remote].norm()).item(),
-            "remote_zeros": bool((got[remote] == 0).all())}
+    kernel, grids = mod.lmi_fused_moe_gemv_kernel, []
+
+    class Recorder:  # the launch's grid and PAIRS, then the kernel itself
+        def __getitem__(self, grid):
+            return lambda *a, **kw: grids.append((list(grid), kw["PAIRS"])) or kernel[grid](*a, **kw)
+
+    mod.lmi_fused_moe_gemv_kernel = Recorder()
+    for per_program in (1, batch.top_k):
+        for gemm in ("w13", "w2"):
+            W = Weights(SHAPE, gemm, 1, dev, seed=7)
+            C = batch.args(gemm)[2]
+            C.fill_(float("nan"))
+            ran = batch.launch(mod, W.B[0], W.Bs[0], gemm, GEMV, per_program)
+            ref = batch.reference(ep_shape, W.B[0], W.Bs[0], gemm).reshape(-1, C.shape[-1])
+            got = C.reshape(-1, C.shape[-1])
+            remote = batch.ids < 0
+            out[f"mapped {gemm}, {per_program} pairs a program"] = {
+                "ran": ran, "pairs": batch.ids.numel(), "local": batch.local_pairs, "grid": grids.pop(),
+                "relerr": ((got[~remote] - ref[~remote]).norm() / ref[~remote].norm()).item(),
+                "remote_zeros": bool((got[remote] == 0).all())}
+    mod.lmi_fused_moe_gemv_kernel = kernel
     try:
         mod.lmi_check_gemv_config({"BLOCK_SIZE_N": 96, "BLOCK_SIZE_K": 256}, 256, 512)
         out["bad_config"] = None
@@ -83,7 +92,8 @@ def dispatch_part() -> dict:
             return lambda *a, **kw: calls.append(("fused_moe_kernel", "GEMV" in kw))
 
     fm.fused_moe_kernel = Kernel()
-    fm._lmi_invoke_fused_moe_gemv = lambda *a: calls.append(("gemv", a[-1] == GEMV)) or True
+    # (the GEMV dict it got, the routed pairs a program takes)
+    fm._lmi_invoke_fused_moe_gemv = lambda *a: calls.append(("gemv", a[9] == GEMV, a[10])) or True
     A = torch.zeros(2, 512)
     B = torch.zeros(4, 256, 512)
     C = torch.zeros(2, 2, 256)
@@ -99,6 +109,8 @@ def dispatch_part() -> dict:
         return calls.pop()
 
     out = {"naive": call(dict(base, GEMV=GEMV)),
+           "naive, expert-map switch": with_env(fm.LMI_MOE_DECODE_GEMV_EXPERT_MAP_ENV, "1",
+                                                lambda: call(dict(base, GEMV=GEMV))),
            "aligned": call(dict(base, GEMV=GEMV), sorted_ids=torch.arange(4, dtype=torch.int32)),
            "no key": call(dict(base))}
     os.environ[fm.LMI_MOE_DECODE_GEMV_ENV] = "0"
@@ -112,6 +124,14 @@ def dispatch_part() -> dict:
     os.environ.pop(fm.LMI_MOE_DECODE_GEMV_ENV)
     out["expert map"] = expert_map_part(fm, base)
     return out
+
+
+def with_env(name: str, value: str, fn):
+    os.environ[name] = value
+    try:
+        return fn()
+    finally:
+        os.environ.pop(name)
 
 
 def expert_map_part(fm, base: dict) -> dict:

@@ -20,12 +20,15 @@ def test_both_gemms_match_the_reference_and_a_pair_of_another_ranks_expert_gets_
 
 
 def test_an_ep_ranks_batch_with_mapped_ids_matches_the_reference_and_zeros_the_other_ranks_pairs(result):
-    """The probe's --expert-map batches (a rank of a real EP deployment: the global top-k, another rank's expert -1)
-    through 0011's launcher: every pair of this rank's experts right, every other pair zeros."""
-    for gemm in ("w13", "w2"):
-        r = result["kernel"][f"mapped {gemm}"]
-        assert r["ran"] and r["pairs"] == 12 and 0 < r["local"] < 12, r
-        assert r["relerr"] < 1e-5 and r["remote_zeros"], r
+    """The probe's --expert-map batches (a rank of a real EP deployment: 3 tokens, the global top-4, another rank's
+    expert -1) through 0011's launcher, a program per pair and a program per token (its 4 pairs in turn): every
+    pair of this rank's experts right, every other pair zeros."""
+    for per_program, programs in ((1, 12), (4, 3)):
+        for gemm in ("w13", "w2"):
+            r = result["kernel"][f"mapped {gemm}, {per_program} pairs a program"]
+            assert r["ran"] and r["pairs"] == 12 and 0 < r["local"] < 12, r
+            assert r["grid"][0][0] == programs and r["grid"][1] == per_program, r
+            assert r["relerr"] < 1e-5 and r["remote_zeros"], r
 
 
 def test_a_wrong_gemv_dict_is_refused_naming_it(result):
@@ -35,7 +38,9 @@ def test_a_wrong_gemv_dict_is_refused_naming_it(result):
 
 def test_the_gemv_runs_only_for_its_key_on_the_naive_assignment_with_the_switch_on(result):
     d = result["dispatch"]
-    assert d["naive"] == ["gemv", True]
+    assert d["naive"] == ["gemv", True, 1]
+    # with the expert-map switch a program takes one token's routed pairs (the routing's top-2 here)
+    assert d["naive, expert-map switch"] == ["gemv", True, 2]
     # elsewhere fused_moe_kernel runs, and never sees the key
     assert d["aligned"] == d["no key"] == d["switch off"] == ["fused_moe_kernel", False]
     assert "LMI_MOE_DECODE_GEMV='sometimes' is not understood" in d["bad switch"]
