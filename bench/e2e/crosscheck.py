@@ -1,7 +1,8 @@
 """The cross-check: every measured arm measured again, after the bench's own repetitions, by a client this project
 did not write: vLLM's own serving benchmark (`vllm bench serve`, the module vllm.benchmarks.serve of the image's
 Python), on its random dataset at the run's prompt and output lengths with ignore_eos and greedy sampling (as the
-bench's own requests), at each measured concurrency, `waves` requests per client, the arms alternating as in the bench's own repetitions (repetition, arm, concurrency).
+bench's own requests), at each measured concurrency, `waves` requests per client, the arms alternating as in the
+bench's own repetitions (repetition, arm, concurrency).
 
 Its output tokens/s, median TTFT and median inter-token latency are kept per arm and repetition in the shape of the
 bench's own figures (e2e.json: models.MODEL.cross_check.ARM, a list like reps.ARM), so the same paired ratios come
