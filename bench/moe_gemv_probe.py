@@ -93,26 +93,27 @@ class MappedBatch:
         return out.view(C.shape)
 
 
-def probe_mapped(ctx: ShapeCtx, gmod, M: int, gemm: str, config: dict, pairs_per_program: int = 1,
-                 sets: int = 8) -> dict:
-    """0011's launcher with this config on `sets` mapped batches (a routing each, over the harness's weight sets):
-    its relative error on the first, and its time per launch over all. A program takes pairs_per_program routed
-    pairs (1, or a token's top-k as vLLM launches it under an expert map); a pair of another rank's expert writes
-    zeros."""
+def probe_mapped(ctx: ShapeCtx, gmod, M: int, gemm: str, config: dict, sets: int = 8) -> list[dict]:
+    """0011's launcher with this config on the same `sets` mapped batches (a routing each, over the harness's weight
+    sets) with each grid: a program per routed pair, and a program per token taking its top-k pairs in turn (vLLM's
+    launch under an expert map); a pair of another rank's expert writes zeros. Per grid its relative error on the
+    first batch and its time per launch over all."""
     W = ctx.W[gemm]
     batches = [MappedBatch(ctx.shape, M, ctx.dev, ctx.gen) for _ in range(sets)]
-    b0 = batches[0]
-    b0.args(gemm)[2].fill_(float("nan"))
-    if not b0.launch(gmod, W.B[0], W.Bs[0], gemm, config, pairs_per_program):
-        raise RuntimeError("0011's launcher declined the mapped operands (their layout)")
+    b0, n, out = batches[0], len(W.B), []
     ref = b0.reference(ctx.shape, W.B[0], W.Bs[0], gemm)
-    got = b0.args(gemm)[2].float()
-    err = ((got - ref).norm() / ref.norm().clamp_min(1e-30)).item()
-    n = len(W.B)
-    fns = [lambda b=b, i=i: b.launch(gmod, W.B[i % n], W.Bs[i % n], gemm, config, pairs_per_program)
-           for i, b in enumerate(batches)]
-    return {"relerr": err, "us": time_graph(fns)[0] if err < TOLERANCE else None, "pairs": M * ctx.shape["ep"][1],
-            "pairs_per_program": pairs_per_program, "local_pairs": [b.local_pairs for b in batches]}
+    for per_program in (1, ctx.shape["ep"][1]):
+        b0.args(gemm)[2].fill_(float("nan"))
+        if not b0.launch(gmod, W.B[0], W.Bs[0], gemm, config, per_program):
+            raise RuntimeError("0011's launcher declined the mapped operands (their layout)")
+        got = b0.args(gemm)[2].float()
+        err = ((got - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+        fns = [lambda b=b, i=i: b.launch(gmod, W.B[i % n], W.Bs[i % n], gemm, config, per_program)
+               for i, b in enumerate(batches)]
+        out.append({"relerr": err, "us": time_graph(fns)[0] if err < TOLERANCE else None,
+                    "pairs": M * ctx.shape["ep"][1], "pairs_per_program": per_program,
+                    "local_pairs": [b.local_pairs for b in batches]})
+    return out
 
 
 def relerr(gmod, ctx: ShapeCtx, M: int, gemm: str, config: dict) -> float:
@@ -183,14 +184,12 @@ def main(argv: list[str] | None = None) -> int:
                       f"{b['us']:.1f} | {b['cfg']} | {r['ratio']:.3f} | {r['floor_us']:.1f} |" if b else
                       f"| {name} | {M} | {gemm} | {r['vllm_us']:.1f} | none passed | - | - | {r['floor_us']:.1f} |",
                       flush=True)
-                # under an expert map: a program per routed pair, and a program per token (vLLM's launch of 0011
-                # with LMI_MOE_DECODE_GEMV_EXPERT_MAP)
-                for per_program in ((1, ctx.shape["ep"][1]) if a.expert_map and b else ()):
-                    m = probe_mapped(ctx, gmod, M, gemm, b["cfg"], per_program)
-                    r.setdefault("mapped_runs", []).append(m)
+                if a.expert_map and b:
+                    r["mapped_runs"] = probe_mapped(ctx, gmod, M, gemm, b["cfg"])
+                for m in r.get("mapped_runs", ()):
                     mu = m["us"]
-                    print(f"| {name}, mapped ids ({m['pairs']} pairs a launch, {per_program} a program) | {M} | "
-                          f"{gemm} | {r['vllm_us']:.1f} | {mu if mu is None else round(mu, 1)} | error "
+                    print(f"| {name}, mapped ids ({m['pairs']} pairs a launch, {m['pairs_per_program']} a program) "
+                          f"| {M} | {gemm} | {r['vllm_us']:.1f} | {mu if mu is None else round(mu, 1)} | error "
                           f"{m['relerr']:.4f} | {mu / r['vllm_us'] if mu else float('nan'):.3f} | - |", flush=True)
                 (a.out / "gemv_probe.json").write_text(json.dumps(
                     {"copy_rate_Bps": bw, "vllm_kernel_sha": sha, "torch": torch.__version__,
