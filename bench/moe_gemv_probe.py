@@ -38,9 +38,13 @@ GEMV_DEFINITIONS = ("LMI_MOE_DECODE_GEMV_ENV", "_LMI_GEMV_GROUP", "lmi_check_gem
                     "lmi_fused_moe_gemv_kernel", "_lmi_invoke_fused_moe_gemv")
 
 
+# Patch 0012's: the w2 GEMV taking the w13 output, SiLU-and-mul and the FP8 group quantization in the kernel
+SILU_DEFINITIONS = ("lmi_fused_moe_gemv_silu_kernel", "lmi_invoke_fused_moe_gemv_silu")
+
+
 def load_gemv(fused_moe_py: str):
     """Patch 0011's kernel and launcher from a patched fused_moe.py, as a module of their own."""
-    return load_definitions(fused_moe_py, GEMV_DEFINITIONS, "moe_gemv")
+    return load_definitions(fused_moe_py, GEMV_DEFINITIONS + SILU_DEFINITIONS, "moe_gemv")
 
 
 def gemv_fns(gmod, ctx: ShapeCtx, M: int, gemm: str, config: dict) -> list:
@@ -116,6 +120,63 @@ def probe_mapped(ctx: ShapeCtx, gmod, M: int, gemm: str, config: dict, sets: int
     return out
 
 
+def silu_unfused(X: torch.Tensor, K: int, ue8m0: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """The w2 input as vLLM makes it from the w13 output X (gate, then up): act_and_mul (SiLU in float32, rounded to
+    X's dtype, times up, rounded again), then per_token_group_quant_fp8's formula, UE8M0 scales as DeepGEMM's E8M0
+    asks on Hopper: (FP8 values, float32 scales)."""
+    fp8_max = torch.finfo(torch.float8_e4m3fn).max
+    act = (torch.nn.functional.silu(X[:, :K].float()).to(X.dtype).float() * X[:, K:].float()).to(X.dtype)
+    g = act.float().view(X.shape[0], -1, 128)
+    scale = g.abs().amax(dim=2).clamp_min(1e-10) * (1.0 / fp8_max)
+    if ue8m0:
+        scale = torch.exp2(torch.ceil(torch.log2(scale)))
+    q = (g / scale[..., None]).clamp(-fp8_max, fp8_max).to(torch.float8_e4m3fn)
+    return q.view(X.shape[0], K), scale.contiguous()
+
+
+def probe_silu(ctx: ShapeCtx, gmod, M: int, plain: dict, space: str) -> dict:
+    """Patch 0012's w2 GEMV on the w13 output (SiLU-and-mul and the group quantization in the kernel) with each
+    candidate config, against 0011's w2 GEMV on the quantized input with its best config (`plain`, timed on the
+    same weight sets). Each config is checked first against 0011's kernel on the unfused path's values."""
+    W, K = ctx.W["w2"], ctx.shape["N"]
+    n = ctx.sets_for(M, "w2")
+    inps = [ctx.get_inputs(M, i) for i in range(n)]
+    pairs = M * ctx.shape["topk"]
+    gen = torch.Generator(device=ctx.dev).manual_seed(99)
+    X = [(torch.randn(pairs, 2 * K, device=ctx.dev, generator=gen) * 2).to(torch.bfloat16) for _ in range(n)]
+    ids = [inp.topk_ids.reshape(-1).contiguous() for inp in inps]
+    fp8_max = torch.finfo(torch.float8_e4m3fn).max
+    q, s = silu_unfused(X[0], K)
+    C = inps[0].gemm_args("w2")[2]
+    C.fill_(float("nan"))
+    gmod._lmi_invoke_fused_moe_gemv(q, W.B[0], C, s, W.Bs[0], inps[0].topk_w, ids[0], True, 1, plain["cfg"])
+    ref = C.float().clone()
+    tried = []
+    for cfg in candidate_configs(space):
+        if K % cfg["BLOCK_SIZE_K"]:
+            continue
+        row = {"cfg": cfg}
+        try:
+            C.fill_(float("nan"))
+            if not gmod.lmi_invoke_fused_moe_gemv_silu(X[0], W.B[0], C, W.Bs[0], inps[0].topk_w, ids[0], True,
+                                                       cfg, True, fp8_max):
+                raise RuntimeError("0012's launcher declined the operands (their layout)")
+            row["relerr"] = ((C.float() - ref).norm() / ref.norm()).item()
+            if row["relerr"] < TOLERANCE:
+                fns = [lambda i=i: gmod.lmi_invoke_fused_moe_gemv_silu(
+                    X[i], W.B[i], inps[i].gemm_args("w2")[2], W.Bs[i], inps[i].topk_w, ids[i], True, cfg, True,
+                    fp8_max) for i in range(n)]
+                row["us"] = time_graph(fns)[0]
+        except Exception as e:  # noqa: BLE001  (a config Triton cannot build: recorded, the rest go on)
+            row["error"] = repr(e)[:200]
+        tried.append(row)
+    timed = [r for r in tried if "us" in r]
+    best = min(timed, key=lambda r: r["us"]) if timed else None
+    same = next((r for r in timed if r["cfg"] == plain["cfg"]), None)
+    return {"plain_us": plain["us"], "plain_cfg": plain["cfg"], "best": best, "same_cfg": same, "tried": tried,
+            "ratio": best["us"] / plain["us"] if best else None}
+
+
 def relerr(gmod, ctx: ShapeCtx, M: int, gemm: str, config: dict) -> float:
     inp = ctx.get_inputs(M, 0)
     A, As, C, mul = inp.gemm_args(gemm)
@@ -161,6 +222,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="also time each best config as a rank of the real EP deployment would run it: the "
                         "deployment's global top-k per token, ids mapped (another rank's expert: -1), against "
                         "the same vLLM figure (vLLM's aligned path under an expert map adds its alignment kernel)")
+    p.add_argument("--silu", action="store_true",
+                   help="also time patch 0012's w2 GEMV on the w13 output (SiLU-and-mul and the FP8 group "
+                        "quantization in the kernel) against 0011's best w2 GEMV; the two kernels 0012 removes "
+                        "(act_and_mul, per_token_group_quant) are vLLM's CUDA ops, not timed here")
     a = p.parse_args(argv)
     if not torch.cuda.is_available():
         p.error("no CUDA device: this probe times kernels on the GPU (the kernel's CPU check is tests/test_moe_decode_gemv.py)")
@@ -184,6 +249,12 @@ def main(argv: list[str] | None = None) -> int:
                       f"{b['us']:.1f} | {b['cfg']} | {r['ratio']:.3f} | {r['floor_us']:.1f} |" if b else
                       f"| {name} | {M} | {gemm} | {r['vllm_us']:.1f} | none passed | - | - | {r['floor_us']:.1f} |",
                       flush=True)
+                if a.silu and b and gemm == "w2":
+                    r["silu"] = f = probe_silu(ctx, gmod, M, b, a.space)
+                    fb = f["best"]
+                    print(f"| {name}, w2 GEMV with SiLU and quantization (0012) | {M} | w2 | {b['us']:.1f} (0011) | "
+                          + (f"{fb['us']:.1f} | {fb['cfg']} | {f['ratio']:.3f} of 0011's; error {fb['relerr']:.4f} "
+                             "| - |" if fb else "none passed | - | - | - |"), flush=True)
                 if a.expert_map and b:
                     r["mapped_runs"] = probe_mapped(ctx, gmod, M, gemm, b["cfg"])
                 for m in r.get("mapped_runs", ()):

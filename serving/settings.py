@@ -250,6 +250,10 @@ SETTINGS: tuple[Setting, ...] = (
             "(patch 0011). Off by default: not timed on the H200 in this form; a program per pair took 0.91-1.6x "
             "vLLM's kernel time (bench/RESULTS-archive.md, kernel probe 21b).", parse=parse_bool, env=("LMI_MOE_DECODE_GEMV_EXPERT_MAP",),
             engine_env="LMI_MOE_DECODE_GEMV_EXPERT_MAP"),
+    Setting("moe_decode_gemv_silu", "false: vLLM's act_and_mul and FP8 group-quantization kernels before the w2 "
+            "matrix-vector kernel instead of computing both inside it, from the w13 output (patch 0012; where patch "
+            "0011 runs the w2 GEMM).", parse=parse_bool, env=("LMI_MOE_DECODE_GEMV_SILU",),
+            engine_env="LMI_MOE_DECODE_GEMV_SILU"),
     Setting("qk_norm_rope_fusion", "true: vLLM's fused Q/K RMSNorm + RoPE CUDA kernel (its enable_qk_norm_rope_fusion "
             "compilation pass) instead of the Triton kernel torch.compile generates for Qwen3-style attention, whose "
             "block sizes Inductor's autotuner picks anew at each start (on the H200 the picks seen take 1.6 to 4.3 µs "
@@ -461,6 +465,7 @@ class Settings:
     block_fp8_small_m_triton: bool | None = None
     moe_decode_gemv: bool | None = None
     moe_decode_gemv_expert_map: bool | None = None
+    moe_decode_gemv_silu: bool | None = None
     qk_norm_rope_fusion: bool = False
     flashinfer_sampler: bool = False
     port: int = 8080
