@@ -247,12 +247,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("moe_decode_gemv_expert_map", "true: under expert parallelism (an expert map) too, a fused-MoE batch of a "
             "few routed pairs whose tuned entry holds a GEMV dict runs the matrix-vector kernel over its mapped "
             "expert ids, a program taking one token's routed pairs in turn, another rank's pairs written as zeros "
-            "(patch 0011). Off by default: not timed on the H200 in this form; a program per pair took 0.91-1.6x "
-            "vLLM's kernel time (bench/RESULTS-archive.md, kernel probe 21b).", parse=parse_bool, env=("LMI_MOE_DECODE_GEMV_EXPERT_MAP",),
+            "(patch 0011). Off by default: no engine has run it under an expert map; its kernels took 0.72-0.93x "
+            "vLLM's time at 1-4 tokens on the Qwen3-Coder EP8 rank and 0.83-1.11x on the Qwen3-235B rank "
+            "(bench/RESULTS-archive.md, kernel probe 22b).", parse=parse_bool, env=("LMI_MOE_DECODE_GEMV_EXPERT_MAP",),
             engine_env="LMI_MOE_DECODE_GEMV_EXPERT_MAP"),
-    Setting("moe_decode_gemv_silu", "false: vLLM's act_and_mul and FP8 group-quantization kernels before the w2 "
-            "matrix-vector kernel instead of computing both inside it, from the w13 output (patch 0012; where patch "
-            "0011 runs the w2 GEMM).", parse=parse_bool, env=("LMI_MOE_DECODE_GEMV_SILU",),
+    Setting("moe_decode_gemv_silu", "true: where patch 0011's matrix-vector kernel runs the w2 GEMM, SiLU-and-mul "
+            "and the FP8 group quantization of its input inside that kernel, from the w13 output, instead of vLLM's "
+            "act_and_mul and quantization kernels before it (patch 0012). Off by default: slower on the H200 (13.0 "
+            "against 12.3 µs a layer at one token; bench/RESULTS-archive.md, run 22).", parse=parse_bool, env=("LMI_MOE_DECODE_GEMV_SILU",),
             engine_env="LMI_MOE_DECODE_GEMV_SILU"),
     Setting("qk_norm_rope_fusion", "true: vLLM's fused Q/K RMSNorm + RoPE CUDA kernel (its enable_qk_norm_rope_fusion "
             "compilation pass) instead of the Triton kernel torch.compile generates for Qwen3-style attention, whose "

@@ -8,7 +8,8 @@ object with two parts.
   routed weight, a pair of an expert the rank does not hold (zeros), operands it declines.
 - The choice inside vLLM's TritonExperts.apply, imported from the installed package, on a stand-in for the experts
   object with its kernels swapped for recorders: the fused GEMV runs where the w2 entry holds a GEMV dict on the
-  naive assignment with both switches on, and vLLM's act_and_mul, quantization and w2 GEMM run elsewhere.
+  naive assignment with both switches on (0012's is off unless set), and vLLM's act_and_mul, quantization and w2
+  GEMM run elsewhere.
 Values are float32 stand-ins for fp8 (the interpreter holds no fp8), so the cast to FP8 is not exercised here; the
 H200 probe (bench/moe_gemv_probe.py --silu) checks it against vLLM's own kernels' values.
 """
@@ -118,12 +119,15 @@ def apply_part() -> dict:
     # vLLM's alignment (a CUDA op) for batches of many pairs
     fm.moe_align_block_size = lambda *a, **kw: (torch.zeros(16, dtype=torch.int32), torch.zeros(1, dtype=torch.int32),
                                                 torch.tensor([16]))
-    out = {"gemv entry": run(), "no gemv entry": run(w2_gemv=False),
-           "two pairs (aligned)": run(tokens=2), "clamp limit": run(clamp=7.0)}
+    out = {"default": run()}
+    os.environ[fm.LMI_MOE_DECODE_GEMV_SILU_ENV] = "1"
+    out.update({"gemv entry": run(), "no gemv entry": run(w2_gemv=False),
+                "two pairs (aligned)": run(tokens=2), "clamp limit": run(clamp=7.0)})
     for env, value, case in ((fm.LMI_MOE_DECODE_GEMV_SILU_ENV, "0", "switch off"),
                              (fm.LMI_MOE_DECODE_GEMV_ENV, "0", "gemv off"),
                              (fm.LMI_MOE_DECODE_GEMV_EXPERT_MAP_ENV, "1", "expert-map switch"),
                              (fm.LMI_MOE_DECODE_GEMV_SILU_ENV, "later", "bad switch")):
+        saved = os.environ.get(env)
         os.environ[env] = value
         try:
             out[case] = run()
@@ -131,6 +135,9 @@ def apply_part() -> dict:
             out[case] = str(e)
         finally:
             os.environ.pop(env)
+            if saved is not None:
+                os.environ[env] = saved
+    os.environ.pop(fm.LMI_MOE_DECODE_GEMV_SILU_ENV)
     return out
 
 

@@ -63,7 +63,8 @@ def parse_layers(tokens: list[str], models: list[str]) -> dict[str, int]:
 # 0007), "image-eager-prefill" (vLLM's own CUDA-graph sizes, every step above them eager: option.cuda_graph_max_tokens
 # 0, serving/cuda_graphs.py), "image-bf16-router" (the model's bf16 router logits, cuBLAS's gate: patch 0009),
 # "image-cutlass-dense" (CUTLASS for every block-FP8 dense GEMM, no small-M Triton tier: patch 0010),
-# "image-vllm-act" (vLLM's act_and_mul and group-quantization kernels before 0011's w2 GEMV: patch 0012),
+# "image-gemv-silu" (SiLU-and-mul and the w2 input's quantization inside 0011's w2 GEMV: patch 0012, off in the
+# image; run 22 ran it as the image, beside "image-vllm-act", the same arm with it off),
 # "image-qk-norm-rope" (vLLM's fused Q/K RMSNorm + RoPE kernel: option.qk_norm_rope_fusion, off in the image), and
 # "image-candidates" (the image with the files of --candidate-configs laid over configs/: how a config file not yet
 # shipped is gated beside the image). Not measured, started for what their logs say:
@@ -79,7 +80,7 @@ IMAGE_ARM_SETTINGS: dict[str, dict[str, object]] = {
     "image-eager-prefill": {"cuda_graph_max_tokens": 0},
     "image-bf16-router": {"moe_router_fp32_logits": False},
     "image-cutlass-dense": {"block_fp8_small_m_triton": False},
-    "image-vllm-act": {"moe_decode_gemv_silu": False},
+    "image-gemv-silu": {"moe_decode_gemv_silu": True},
     "image-qk-norm-rope": {"qk_norm_rope_fusion": True},
     "image-candidates": {},  # its configs_dir is made per run (servers.candidate_configs_dir)
 }
@@ -91,7 +92,7 @@ PEER_ARMS = ("sglang", "vllm-latest")
 CANDIDATES_ARM = "image-candidates"
 QK_NORM_ROPE_ARM = "image-qk-norm-rope"
 MEASURED_ARMS = ("stock", "image", "image-stock-order", "image-vllm-quant", "image-vllm-topk", "image-eager-prefill",
-                 "image-bf16-router", "image-cutlass-dense", "image-vllm-act", QK_NORM_ROPE_ARM, CANDIDATES_ARM, *PEER_ARMS)
+                 "image-bf16-router", "image-cutlass-dense", "image-gemv-silu", QK_NORM_ROPE_ARM, CANDIDATES_ARM, *PEER_ARMS)
 # Block FP8: the linear layers on vLLM's prebuilt CUTLASS block-scaled kernel in both arms, so that only the MoE
 # path differs. vLLM's default there is FlashInfer's DeepGEMM kernel, which the image builds with nvcc at start and
 # stock follows with DeepGEMM's JIT warm-up of 512 shapes (42-48 minutes on an H200 by its own estimate), beyond
@@ -112,8 +113,8 @@ MODELS = tuple(replace(m, arms=(*m.arms, QK_NORM_ROPE_ARM, CANDIDATES_ARM, *PEER
     # The official block-FP8 checkpoints as vLLM's recipes deploy them: one expert-parallel rank, or one TP4 rank.
     Model("qwen3-235b-ep8-block", "qwen3-235b-a22b-ep8", "block",
           ("stock", "image", "image-vllm-topk", "image-eager-prefill", "image-bf16-router", "image-cutlass-dense",
-           "image-vllm-act"), engine_args=BLOCK_FP8_ENGINE_ARGS),
-    Model("qwen3-coder-480b-ep8-block", "qwen3-coder-480b-a35b-ep8", "block", ("stock", "image", "image-vllm-act"),
+           "image-gemv-silu"), engine_args=BLOCK_FP8_ENGINE_ARGS),
+    Model("qwen3-coder-480b-ep8-block", "qwen3-coder-480b-a35b-ep8", "block", ("stock", "image", "image-gemv-silu"),
           engine_args=BLOCK_FP8_ENGINE_ARGS),
     Model("deepseek-v3-ep8-block", "deepseek-v3-ep8", "block", engine_args=BLOCK_FP8_ENGINE_ARGS),
     Model("qwen3-235b-tp4-block", "qwen3-235b-a22b-tp4", "block", engine_args=BLOCK_FP8_ENGINE_ARGS),
