@@ -248,7 +248,7 @@ SETTINGS: tuple[Setting, ...] = (
             "few routed pairs whose tuned entry holds a GEMV dict runs the matrix-vector kernel over its mapped "
             "expert ids, a program taking one token's routed pairs in turn, another rank's pairs written as zeros "
             "(patch 0011). Off by default: no engine has run it under an expert map; its kernels took 0.72-0.93x "
-            "vLLM's time at 1-4 tokens on the Qwen3-Coder EP8 rank and 0.83-1.11x on the Qwen3-235B rank "
+            "vLLM's time at 1-4 tokens on the Qwen3-Coder EP8 rank and 0.82-1.11x on the Qwen3-235B rank "
             "(bench/RESULTS-archive.md, kernel probe 22b).", parse=parse_bool, env=("LMI_MOE_DECODE_GEMV_EXPERT_MAP",),
             engine_env="LMI_MOE_DECODE_GEMV_EXPERT_MAP"),
     Setting("moe_decode_gemv_silu", "true: where patch 0011's matrix-vector kernel runs the w2 GEMM, SiLU-and-mul "

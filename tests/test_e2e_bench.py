@@ -510,6 +510,24 @@ def test_profile_classes_count_memsets_and_copies_as_gpu_work(tmp_path):
                                                     "Memcpy HtoD (Pinned -> Device)", "Memset (Unknown)"]
 
 
+def test_profile_classes_count_the_decode_gemvs_as_the_moe_gemms(tmp_path):
+    """Patch 0011's matrix-vector kernel and 0012's w2 variant are a layer's w13 and w2 GEMMs, not "other GEMMs"
+    (run 22's profile counted them there)."""
+    import gzip
+
+    events = [{"cat": "kernel", "name": "lmi_fused_moe_gemv_kernel", "ts": 0, "dur": 10},
+              {"cat": "kernel", "name": "lmi_fused_moe_gemv_silu_kernel", "ts": 20, "dur": 13},
+              {"cat": "kernel", "name": "lmi_fused_moe_gemv_kernel", "ts": 40, "dur": 10},
+              {"cat": "kernel", "name": "fused_moe_kernel", "ts": 60, "dur": 7},
+              {"cat": "kernel", "name": "void cutlass::device_kernel<vllm::cutlass_3x_gemm_fp8_blockwise<...>",
+               "ts": 80, "dur": 24}]
+    path = tmp_path / "t.pt.trace.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump({"traceEvents": events}, f)
+    assert traces.classify(path)["share"] == {"moe_w13": round(20 / 64, 4), "moe_w2": round(20 / 64, 4),
+                                              "other_gemm": round(24 / 64, 4)}
+
+
 def _processes_naming(text: str) -> list[str]:
     found = []
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):

@@ -80,6 +80,23 @@ def test_the_coder_ep8_gemv_figure_is_the_recorded_run_21():
     assert len(ratios) == 3 and f"**{statistics.median(ratios):.3f}x**" in headline
 
 
+def test_the_coder_ep8_figures_with_0012_are_the_recorded_run_22():
+    """The headline's Coder EP8 figures with 0011's entries and patch 0012 (image/stock), from both clients, are run
+    22's; and 0012 against the image without it (its second bench) is the 0.976x the page gives."""
+    data = ROOT / "bench" / "data" / "h200_block_22"
+    res = json.loads((data / "e2e.json").read_text())
+    headline = PAGE.split("## Goals")[0]
+    model = "qwen3-coder-480b-ep8-block@36L"
+    for clients in ("1", "8", "32"):
+        ratios = paired_ratios([res], model, "throughput", "tok_s", clients)
+        assert len(ratios) == 3 and f"**{statistics.median(ratios):.3f}x**" in headline, clients
+        cross = paired_ratios([res], model, "throughput", "tok_s", clients, section="cross_check")
+        assert len(cross) == 2 and f"{statistics.median(cross):.3f}x" in headline, clients
+    silu = json.loads((data / "e2e-silu.json").read_text())
+    ratios = paired_ratios([silu], model, "throughput", "tok_s", "1", arm="image", base="image-vllm-act")
+    assert len(ratios) == 3 and f"({statistics.median(ratios):.3f}x at one client, run 22" in PAGE
+
+
 def test_index_names_every_run_of_the_archive_and_its_data():
     index = PAGE.split("## Index of runs")[1]
     runs = re.findall(r"^### Run (\d+)\b", ARCHIVE, re.M)

@@ -12,7 +12,8 @@ from tools.launcher_process import Server
 from .workload import Workload, request_ok, requests_for
 
 KERNEL_CLASSES = (
-    ("moe_gemm", re.compile(r"fused_moe_kernel")),
+    # vLLM's fused-MoE kernels and patch 0011/0012's matrix-vector ones (lmi_fused_moe_gemv[_silu]_kernel)
+    ("moe_gemm", re.compile(r"fused_moe_kernel|lmi_fused_moe_gemv")),
     ("attention", re.compile(r"flash|attn|attention|fmha|reshape_and_cache|paged", re.I)),
     ("other_gemm", re.compile(r"gemm|gemv|xmma|nvjet|cutlass|scaled_mm|matmul|sm90_", re.I)),
 )
