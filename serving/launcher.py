@@ -9,6 +9,7 @@ container's main process: signals and exit codes reach SageMaker directly.
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Mapping
 
 from . import resolve
-from . import custom_code, cuda_graphs, deep_gemm, qk_norm_rope
+from . import compile_passes, custom_code, cuda_graphs, deep_gemm
 from .exit_codes import ExitCode
 from .paths import ROOT
 from .settings import Context, Settings, SettingValueError, parse_bool
@@ -261,8 +262,10 @@ def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
     eager = eager_entry is not None and _truthy(eager_entry.raw)
     # the compilation config handed to vLLM: the user's own, with what the launcher's settings add to it (None: as is)
     user_config, added = user_compilation_config(res.entries), None
-    for add, value in ((cuda_graphs.compilation_config, s.cuda_graph_max_tokens),
-                       (qk_norm_rope.compilation_config, s.qk_norm_rope_fusion)):
+    adds = [(cuda_graphs.compilation_config, s.cuda_graph_max_tokens)] + [
+        (functools.partial(compile_passes.compilation_config, switch), getattr(s, switch.setting))
+        for switch in compile_passes.SWITCHES]
+    for add, value in adds:
         config, note = add(value, added or user_config, res.entries, is_cpu_build(), eager)
         added = config or added
         if note:

@@ -254,13 +254,20 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("moe_decode_gemv_silu", "true: where patch 0011's matrix-vector kernel runs the w2 GEMM, SiLU-and-mul "
             "and the FP8 group quantization of its input inside that kernel, from the w13 output, instead of vLLM's "
             "act_and_mul and quantization kernels before it (patch 0012). Off by default: slower on the H200 (13.0 "
-            "against 12.3 µs a layer at one token; bench/RESULTS-archive.md, run 22).", parse=parse_bool, env=("LMI_MOE_DECODE_GEMV_SILU",),
+            "against 12.3 µs a layer at one token; bench/RESULTS-archive.md, run 22).", parse=parse_bool,
+            env=("LMI_MOE_DECODE_GEMV_SILU",),
             engine_env="LMI_MOE_DECODE_GEMV_SILU"),
     Setting("qk_norm_rope_fusion", "true: vLLM's fused Q/K RMSNorm + RoPE CUDA kernel (its enable_qk_norm_rope_fusion "
             "compilation pass) instead of the Triton kernel torch.compile generates for Qwen3-style attention, whose "
             "block sizes Inductor's autotuner picks anew at each start (on the H200 the picks seen take 1.6 to 4.3 µs "
             "a layer at one token). Off until the engine bench measures it. Not applied on the CPU build, with "
             "enforce_eager, or where compilation_config sets the pass.", parse=parse_bool, default=False),
+    Setting("norm_quant_fusion", "false: vLLM's RMSNorm + FP8 quantization fusion pass off (its fuse_norm_quant), so "
+            "the norm before a block-FP8 linear layer runs as torch.compile generates it and its quantization as "
+            "vLLM's group-quantization op, instead of vLLM's fused kernel (7.6 µs a layer at one token on the "
+            "Qwen3-Coder EP8 shard, H200). Leaves vLLM's choice by default until the engine bench measures it. Not "
+            "applied on the CPU build, with enforce_eager, or where compilation_config sets the pass.",
+            parse=parse_bool, default=True),
     Setting("flashinfer_sampler", "FlashInfer's top-k/top-p sampler. Off by default: it is compiled with nvcc at the "
             "first start on every fresh host (minutes against the health-check timeout, and a failure where there is no "
             "nvcc); off, vLLM's own PyTorch sampler runs.", parse=parse_bool, default=False,
@@ -469,6 +476,7 @@ class Settings:
     moe_decode_gemv_expert_map: bool | None = None
     moe_decode_gemv_silu: bool | None = None
     qk_norm_rope_fusion: bool = False
+    norm_quant_fusion: bool = True
     flashinfer_sampler: bool = False
     port: int = 8080
     host: str = "0.0.0.0"

@@ -1,13 +1,17 @@
-"""option.qk_norm_rope_fusion: vLLM's Q/K RMSNorm + RoPE fusion pass, added to the compilation config the launcher
-hands vLLM (beside the CUDA-graph sizes, into the user's own config), checked by vLLM's own parser and PassConfig,
-and the cases where it is not applied, each with a note."""
+"""The compilation passes the launcher switches (serving/compile_passes.py): option.qk_norm_rope_fusion (vLLM's Q/K
+RMSNorm + RoPE fusion pass on) and option.norm_quant_fusion (its RMSNorm + FP8 quantization fusion off), added to the
+compilation config the launcher hands vLLM (beside the CUDA-graph sizes, into the user's own config), checked by
+vLLM's own parser and PassConfig, and the cases where they are not applied, each with a note."""
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from serving import cuda_graphs, launcher, qk_norm_rope
+from serving import compile_passes, cuda_graphs, launcher
+
+QK = compile_passes.BY_SETTING["qk_norm_rope_fusion"]
+NQ = compile_passes.BY_SETTING["norm_quant_fusion"]
 
 
 def plan(va, tmp_path, env):
@@ -23,7 +27,7 @@ def compile_config(p) -> dict | None:
 def test_off_by_default(va, tmp_path, gpu_build):
     p = plan(va, tmp_path, {})
     assert p.settings.qk_norm_rope_fusion is False
-    assert "pass_config" not in compile_config(p) and not any(qk_norm_rope.SETTING in n for n in p.notes)
+    assert "pass_config" not in compile_config(p) and not any(QK.setting in n for n in p.notes)
 
 
 def test_on_it_joins_the_graph_sizes_and_vllm_reads_the_pass(va, tmp_path, gpu_build):
@@ -37,8 +41,8 @@ def test_on_it_joins_the_graph_sizes_and_vllm_reads_the_pass(va, tmp_path, gpu_b
     import dataclasses
 
     from vllm.config.compilation import CompilationConfig, PassConfig
-    assert qk_norm_rope.PASS in {f.name for f in dataclasses.fields(PassConfig)}
-    assert isinstance(getattr(CompilationConfig(**config).pass_config, qk_norm_rope.PASS), bool)
+    assert QK.field in {f.name for f in dataclasses.fields(PassConfig)}
+    assert isinstance(getattr(CompilationConfig(**config).pass_config, QK.field), bool)
 
 
 def test_merged_into_the_users_config_without_graph_sizes(va, tmp_path, gpu_build):
@@ -80,3 +84,31 @@ def test_a_bad_value_names_the_setting(va, tmp_path, gpu_build):
     from serving import resolve
     with pytest.raises(resolve.ConfigError, match="qk_norm_rope_fusion from env OPTION_QK_NORM_ROPE_FUSION"):
         plan(va, tmp_path, {"OPTION_QK_NORM_ROPE_FUSION": "maybe"})
+
+
+def test_norm_quant_fusion_leaves_vllms_choice_by_default_and_false_turns_the_pass_off(va, tmp_path, gpu_build):
+    p = plan(va, tmp_path, {})
+    assert p.settings.norm_quant_fusion is True
+    assert "pass_config" not in compile_config(p) and not any(NQ.setting in n for n in p.notes)
+    p = plan(va, tmp_path, {"OPTION_NORM_QUANT_FUSION": "false", "OPTION_QK_NORM_ROPE_FUSION": "true"})
+    config = compile_config(p)
+    assert config == {"cudagraph_capture_sizes": cuda_graphs.capture_sizes(8192),
+                      "pass_config": {"enable_qk_norm_rope_fusion": True, "fuse_norm_quant": False}}
+    assert any("RMSNorm and its FP8 quantization as separate kernels (norm_quant_fusion)" in n for n in p.notes)
+    from vllm.config.compilation import CompilationConfig
+    assert CompilationConfig(**config).pass_config.fuse_norm_quant is False
+
+
+def test_norm_quant_fusion_yields_to_the_users_pass_and_to_the_cpu_build(va, tmp_path, gpu_build):
+    user = '{"pass_config": {"fuse_norm_quant": true}}'
+    p = plan(va, tmp_path, {"OPTION_NORM_QUANT_FUSION": "false", "OPTION_CUDA_GRAPH_MAX_TOKENS": "0",
+                            "OPTION_COMPILATION_CONFIG": user})
+    assert compile_config(p) == json.loads(user)
+    assert any(n.startswith("norm_quant_fusion=false ignored: compilation_config (env OPTION_COMPILATION_CONFIG) "
+                            "sets pass_config.fuse_norm_quant") for n in p.notes), p.notes
+
+
+def test_norm_quant_fusion_is_not_applied_on_the_cpu_build(va, tmp_path):
+    p = plan(va, tmp_path, {"OPTION_NORM_QUANT_FUSION": "false"})
+    assert compile_config(p) is None
+    assert any("norm_quant_fusion=false ignored: the CPU build" in n for n in p.notes)
