@@ -2,14 +2,15 @@
 shipped config, side by side in one process, for the block-FP8 EP8 ranks at 1-4 tokens.
 
     python3 bench/moe_gemv_probe.py --fused-moe-py PATCHED/fused_moe.py --out DIR \
-        [--shapes qwen3-coder-480b-ep8 qwen3-235b-ep8 deepseek-v3-ep8] [--ms 1 2 4] [--expert-map]
+        [--shapes qwen3-coder-480b-ep8 qwen3-235b-ep8 deepseek-v3-ep8] [--ms 1 2 4] [--expert-map] [--silu]
 
 Runs on the GPU host's own torch and Triton (no wheelhouse). Both kernels are cut out of the given fused_moe.py
 (the series applied) as the kernel harness does (bench/moe/): vLLM's with the entry `configs/` holds for the shape
 and token count, 0011's launcher with each config of bench/moe/gemv_space.py, checked against the harness's float32
 reference before it is timed. Times are per launch, from CUDA graphs of launches over rotating weight sets larger than L2 (the harness's
 time_graph). Writes DIR/gemv_probe.json and prints a table: vLLM's time, the candidate's best and its config, their
-ratio, and the memory floor at the measured copy rate.
+ratio, and the memory floor at the measured copy rate. --expert-map times the best configs on an EP rank's batches
+too; --silu times patch 0012's w2 kernel (the w13 output in, SiLU-and-mul and quantization inside) against 0011's.
 """
 from __future__ import annotations
 

@@ -141,11 +141,28 @@ def apply_part() -> dict:
     return out
 
 
+def probe_part(path: str) -> dict:
+    """bench/moe_gemv_probe.py --silu's own check on a small shape (its timing swapped for a count of calls): every
+    config is compared with 0011's kernel on the unfused path's FP8 values before it is timed."""
+    import bench.moe_gemv_probe as probe
+    from bench.moe.problem import ShapeCtx
+    from bench.moe.shapes import SHAPES
+
+    SHAPES["silu-check"] = dict(E=4, topk=1, H=256, N=256, block=[128, 128])
+    timed = []
+    probe.time_graph = lambda fns: (timed.append(len(fns)) or 1.0, None)
+    probe.candidate_configs = lambda space: [GEMV, dict(GEMV, BLOCK_SIZE_K=512)]  # the second does not divide K
+    ctx = ShapeCtx("silu-check", torch.device("cpu"), max_sets=2)
+    r = probe.probe_silu(ctx, probe.load_gemv(path), 2, {"cfg": GEMV, "us": 2.0}, "default")
+    return {"tried": len(r["tried"]), "timed": timed, "relerr": r["best"]["relerr"], "ratio": r["ratio"],
+            "same_cfg": r["same_cfg"] is not None}
+
+
 def main() -> int:
     import importlib.util
 
     path = importlib.util.find_spec("vllm.model_executor.layers.fused_moe.fused_moe").origin
-    print(json.dumps({"kernel": kernel_part(path), "apply": apply_part()}))
+    print(json.dumps({"kernel": kernel_part(path), "apply": apply_part(), "probe": probe_part(path)}))
     return 0
 
 

@@ -137,7 +137,7 @@ gemv-probe)
     G=$RES/gemv; mkdir -p "$G" && tree_copy gemv || exit 1
     exec > >(tee -a "$G/probe.log") 2>&1
     python3 bench/moe_gemv_probe.py --fused-moe-py .cache/carry/patched/fused_moe.py --out "$G" \
-        ${GEMV_PROBE_ARGS:---shapes qwen3-coder-480b-ep8 qwen3-235b-ep8 deepseek-v3-ep8 --ms 1 2 4 --space wide --expert-map --silu} \
+        ${GEMV_PROBE_ARGS:---shapes qwen3-coder-480b-ep8 qwen3-235b-ep8 deepseek-v3-ep8 --ms 1 2 4 --space wide --expert-map} \
         && touch "$G/DONE"
     ;;
 prep)
