@@ -1,5 +1,5 @@
-"""vLLM compilation passes the launcher switches through the compilation config it hands vLLM: each a setting of
-serving/settings.py and a field of vLLM's PassConfig, written only where the setting departs from vLLM's own choice.
+"""vLLM compilation passes the launcher changes through the compilation config it hands vLLM, each from a setting of
+serving/settings.py, written only where the setting departs from vLLM's own choice.
 
 - `option.qk_norm_rope_fusion` (off): vLLM's fused Q/K RMSNorm + RoPE kernel (`enable_qk_norm_rope_fusion`, off in
   vLLM 0.32's defaults). Qwen3 and Qwen3-MoE normalize each query and key head and then rotate them, before
@@ -9,20 +9,24 @@ serving/settings.py and a field of vLLM's PassConfig, written only where the set
   runs 16-18 hold five different picks, which take 1.6 to 4.3 µs at one token on the H200 (bench/RESULTS-archive.md,
   run 18). With the pass vLLM runs its own CUDA kernel, `fused_qk_norm_rope`, which has no autotuned choice. Off
   until the engine bench measures it (arm `image-qk-norm-rope`).
-- `option.norm_quant_fusion` (vLLM's choice): false turns off vLLM's RMSNorm + FP8 quantization fusion
-  (`fuse_norm_quant`), so the norm before a block-FP8 linear layer runs as torch.compile generates it and its
-  quantization as vLLM's group-quantization op. With the fusion, one token's norm and quantization before qkv took
-  7.6 µs a layer on the Qwen3-Coder EP8 shard (`rms_norm_per_block_quant_kernel`, engine run 22's profile), where the
-  generated norm before the MoE took 2.7 and a group quantization 2.1-2.5. Unmeasured in the engine (arm
-  `image-unfused-norm-quant`).
+- `option.norm_quant` (vllm): the RMSNorm before a block-FP8 linear layer and its FP8 quantization. vLLM's
+  `fuse_norm_quant` pass makes them one CUDA kernel, `rms_norm_per_block_quant_kernel`: 7.6 µs a call at one token
+  and hidden 6,144 on the H200 (engine run 22's profile). `separate` turns the pass off (the norm as torch.compile
+  generates it, about 2 µs, then vLLM's group-quantization op, 2.1-2.5 µs); `compiled` also takes vLLM's
+  quantization op in its native form (`custom_ops` `-quant_fp8`, which vLLM otherwise turns on for block-FP8
+  checkpoints), so torch.compile generates both: 2.9 µs in two kernels for the same work (kernel probe 22c, the
+  host's torch). Unmeasured in the engine (arms `image-separate-norm-quant`, `image-compiled-norm-quant`).
 
-Not applied on the CPU build (neither kernel exists there), with enforce_eager (nothing is compiled), or where the
-user's compilation_config sets the pass itself; each case leaves a note in the start log.
+Not applied on the CPU build, with enforce_eager (nothing is compiled), or where the user's compilation_config already
+makes the choice; each case leaves a note in the start log.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Mapping
+
+NORM_QUANT_PASS = "fuse_norm_quant"  # vLLM's PassConfig field
+QUANT_OP = "quant_fp8"  # vLLM's CustomOp name of its FP8 activation quantization
 
 
 @dataclass(frozen=True)
@@ -37,11 +41,27 @@ class PassSwitch:
 SWITCHES = (
     PassSwitch("qk_norm_rope_fusion", "enable_qk_norm_rope_fusion", True, "vLLM's fused Q/K RMSNorm + RoPE kernel",
                "the CPU build has no fused_qk_norm_rope kernel"),
-    PassSwitch("norm_quant_fusion", "fuse_norm_quant", False,
-               "RMSNorm and its FP8 quantization as separate kernels",
-               "the CPU build runs no FP8 RMSNorm + quantization fusion"),
 )
-BY_SETTING = {s.setting: s for s in SWITCHES}
+
+
+def _passes(said: str, config: dict, entries: Mapping, cpu_build: bool, eager: bool, cpu: str,
+            field: str) -> tuple[dict | None, str | None]:
+    """The pass_config to add `field` to, or None and the note saying why it is left alone."""
+    if cpu_build:
+        return None, f"{said} ignored: {cpu}"
+    if eager:
+        return None, f"{said} ignored: enforce_eager compiles nothing"
+    passes = config.get("pass_config", {})
+    if not isinstance(passes, dict):
+        return None, f"{said} ignored: {_source(entries)} has a pass_config that is no JSON object to add {field} to"
+    if field in passes:
+        return None, f"{said} ignored: {_source(entries)} sets pass_config.{field}"
+    return passes, None
+
+
+def _source(entries: Mapping) -> str:
+    user = entries.get("compilation_config")
+    return f"compilation_config ({user.source})" if user is not None else "compilation_config"
 
 
 def compilation_config(switch: PassSwitch, value: bool, config: dict | None, entries: Mapping, cpu_build: bool,
@@ -53,16 +73,31 @@ def compilation_config(switch: PassSwitch, value: bool, config: dict | None, ent
     if value != switch.value or config is None:
         return None, None
     said = f"{switch.setting}={str(value).lower()}"
-    if cpu_build:
-        return None, f"{said} ignored: {switch.cpu}"
-    if eager:
-        return None, f"{said} ignored: enforce_eager compiles nothing"
-    user = entries.get("compilation_config")
-    source = f"compilation_config ({user.source})" if user is not None else "compilation_config"
-    passes = config.get("pass_config", {})
-    if not isinstance(passes, dict):
-        return None, f"{said} ignored: {source} has a pass_config that is no JSON object to add {switch.field} to"
-    if switch.field in passes:
-        return None, f"{said} ignored: {source} sets pass_config.{switch.field}"
+    passes, note = _passes(said, config, entries, cpu_build, eager, switch.cpu, switch.field)
+    if passes is None:
+        return None, note
     return {**config, "pass_config": {**passes, switch.field: switch.value}}, (
         f"{switch.what} ({switch.setting}): compilation pass_config.{switch.field} {str(switch.value).lower()}")
+
+
+def norm_quant_config(choice: str, config: dict | None, entries: Mapping, cpu_build: bool,
+                      eager: bool) -> tuple[dict | None, str | None]:
+    """option.norm_quant as compilation_config does for a PassSwitch: `separate` turns vLLM's fuse_norm_quant pass
+    off, `compiled` also adds `-quant_fp8` to custom_ops; `vllm` leaves the config as it is."""
+    if choice == "vllm" or config is None:
+        return None, None
+    said = f"norm_quant={choice}"
+    passes, note = _passes(said, config, entries, cpu_build, eager, "the CPU build runs no FP8 norm + quantization",
+                           NORM_QUANT_PASS)
+    if passes is None:
+        return None, note
+    out = {**config, "pass_config": {**passes, NORM_QUANT_PASS: False}}
+    if choice == "separate":
+        return out, (f"RMSNorm and its FP8 quantization as separate kernels (norm_quant=separate): compilation "
+                     f"pass_config.{NORM_QUANT_PASS} false")
+    ops = config.get("custom_ops", [])
+    if not isinstance(ops, list) or any(isinstance(o, str) and o.lstrip("+-") == QUANT_OP for o in ops):
+        return None, f"{said} ignored: {_source(entries)} sets custom_ops for {QUANT_OP}"
+    return {**out, "custom_ops": [*ops, f"-{QUANT_OP}"]}, (
+        f"RMSNorm and its FP8 quantization as torch.compile generates them (norm_quant=compiled): compilation "
+        f"pass_config.{NORM_QUANT_PASS} false, custom_ops -{QUANT_OP}")

@@ -264,7 +264,7 @@ def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
     user_config, added = user_compilation_config(res.entries), None
     adds = [(cuda_graphs.compilation_config, s.cuda_graph_max_tokens)] + [
         (functools.partial(compile_passes.compilation_config, switch), getattr(s, switch.setting))
-        for switch in compile_passes.SWITCHES]
+        for switch in compile_passes.SWITCHES] + [(compile_passes.norm_quant_config, s.norm_quant)]
     for add, value in adds:
         config, note = add(value, added or user_config, res.entries, is_cpu_build(), eager)
         added = config or added

@@ -262,12 +262,15 @@ SETTINGS: tuple[Setting, ...] = (
             "block sizes Inductor's autotuner picks anew at each start (on the H200 the picks seen take 1.6 to 4.3 µs "
             "a layer at one token). Off until the engine bench measures it. Not applied on the CPU build, with "
             "enforce_eager, or where compilation_config sets the pass.", parse=parse_bool, default=False),
-    Setting("norm_quant_fusion", "false: vLLM's RMSNorm + FP8 quantization fusion pass off (its fuse_norm_quant), so "
-            "the norm before a block-FP8 linear layer runs as torch.compile generates it and its quantization as "
-            "vLLM's group-quantization op, instead of vLLM's fused kernel (7.6 µs a layer at one token on the "
-            "Qwen3-Coder EP8 shard, H200). Leaves vLLM's choice by default until the engine bench measures it. Not "
-            "applied on the CPU build, with enforce_eager, or where compilation_config sets the pass.",
-            parse=parse_bool, default=True),
+    Setting("norm_quant", "How the RMSNorm before a block-FP8 linear layer and the FP8 quantization of its output "
+            "run. vllm: vLLM's choice, its fused CUDA kernel where its fuse_norm_quant pass applies (7.6 µs a layer "
+            "at one token on the Qwen3-Coder EP8 shard, H200). separate: that pass off, the norm as torch.compile "
+            "generates it and the quantization as vLLM's op. compiled: the pass off and vLLM's quantization op in "
+            "its native form (custom_ops -quant_fp8), so torch.compile generates both (2.9 µs at one token for "
+            "the same work in kernel probe 22c). vllm until the engine bench measures the others. Not applied on the "
+            "CPU build, with enforce_eager, or where compilation_config sets the pass or names quant_fp8.",
+            choices=("vllm", "separate", "compiled"), default="vllm",
+            instead="vllm, separate or compiled"),
     Setting("flashinfer_sampler", "FlashInfer's top-k/top-p sampler. Off by default: it is compiled with nvcc at the "
             "first start on every fresh host (minutes against the health-check timeout, and a failure where there is no "
             "nvcc); off, vLLM's own PyTorch sampler runs.", parse=parse_bool, default=False,
@@ -476,7 +479,7 @@ class Settings:
     moe_decode_gemv_expert_map: bool | None = None
     moe_decode_gemv_silu: bool | None = None
     qk_norm_rope_fusion: bool = False
-    norm_quant_fusion: bool = True
+    norm_quant: str = "vllm"
     flashinfer_sampler: bool = False
     port: int = 8080
     host: str = "0.0.0.0"

@@ -1,7 +1,8 @@
-"""The compilation passes the launcher switches (serving/compile_passes.py): option.qk_norm_rope_fusion (vLLM's Q/K
-RMSNorm + RoPE fusion pass on) and option.norm_quant_fusion (its RMSNorm + FP8 quantization fusion off), added to the
-compilation config the launcher hands vLLM (beside the CUDA-graph sizes, into the user's own config), checked by
-vLLM's own parser and PassConfig, and the cases where they are not applied, each with a note."""
+"""The compilation passes the launcher changes (serving/compile_passes.py): option.qk_norm_rope_fusion (vLLM's Q/K
+RMSNorm + RoPE fusion pass on) and option.norm_quant (its RMSNorm + FP8 quantization fusion off, and its quantization
+op native), added to the compilation config the launcher hands vLLM (beside the CUDA-graph sizes, into the user's own
+config), checked by vLLM's own parser and CompilationConfig, and the cases where they are not applied, each with a
+note."""
 from __future__ import annotations
 
 import json
@@ -10,8 +11,7 @@ import pytest
 
 from serving import compile_passes, cuda_graphs, launcher
 
-QK = compile_passes.BY_SETTING["qk_norm_rope_fusion"]
-NQ = compile_passes.BY_SETTING["norm_quant_fusion"]
+QK = next(s for s in compile_passes.SWITCHES if s.setting == "qk_norm_rope_fusion")
 
 
 def plan(va, tmp_path, env):
@@ -86,29 +86,46 @@ def test_a_bad_value_names_the_setting(va, tmp_path, gpu_build):
         plan(va, tmp_path, {"OPTION_QK_NORM_ROPE_FUSION": "maybe"})
 
 
-def test_norm_quant_fusion_leaves_vllms_choice_by_default_and_false_turns_the_pass_off(va, tmp_path, gpu_build):
+def test_norm_quant_leaves_vllms_choice_by_default(va, tmp_path, gpu_build):
     p = plan(va, tmp_path, {})
-    assert p.settings.norm_quant_fusion is True
-    assert "pass_config" not in compile_config(p) and not any(NQ.setting in n for n in p.notes)
-    p = plan(va, tmp_path, {"OPTION_NORM_QUANT_FUSION": "false", "OPTION_QK_NORM_ROPE_FUSION": "true"})
+    assert p.settings.norm_quant == "vllm"
+    assert "pass_config" not in compile_config(p) and not any("norm_quant" in n for n in p.notes)
+
+
+@pytest.mark.parametrize("choice,ops,says", [
+    ("separate", None, "as separate kernels (norm_quant=separate): compilation pass_config.fuse_norm_quant false"),
+    ("compiled", ["-quant_fp8"], "as torch.compile generates them (norm_quant=compiled): compilation "
+                                 "pass_config.fuse_norm_quant false, custom_ops -quant_fp8"),
+])
+def test_norm_quant_turns_vllms_fusion_off_beside_the_other_passes(va, tmp_path, gpu_build, choice, ops, says):
+    p = plan(va, tmp_path, {"OPTION_NORM_QUANT": choice, "OPTION_QK_NORM_ROPE_FUSION": "true"})
     config = compile_config(p)
-    assert config == {"cudagraph_capture_sizes": cuda_graphs.capture_sizes(8192),
-                      "pass_config": {"enable_qk_norm_rope_fusion": True, "fuse_norm_quant": False}}
-    assert any("RMSNorm and its FP8 quantization as separate kernels (norm_quant_fusion)" in n for n in p.notes)
+    want = {"cudagraph_capture_sizes": cuda_graphs.capture_sizes(8192),
+            "pass_config": {"enable_qk_norm_rope_fusion": True, "fuse_norm_quant": False}}
+    assert config == ({**want, "custom_ops": ops} if ops else want)
+    assert any(says in n for n in p.notes), p.notes
     from vllm.config.compilation import CompilationConfig
-    assert CompilationConfig(**config).pass_config.fuse_norm_quant is False
+    parsed = CompilationConfig(**config)
+    assert parsed.pass_config.fuse_norm_quant is False and ("-quant_fp8" in parsed.custom_ops) == bool(ops)
 
 
-def test_norm_quant_fusion_yields_to_the_users_pass_and_to_the_cpu_build(va, tmp_path, gpu_build):
-    user = '{"pass_config": {"fuse_norm_quant": true}}'
-    p = plan(va, tmp_path, {"OPTION_NORM_QUANT_FUSION": "false", "OPTION_CUDA_GRAPH_MAX_TOKENS": "0",
+@pytest.mark.parametrize("user,why", [
+    ('{"pass_config": {"fuse_norm_quant": true}}',
+     "compilation_config (env OPTION_COMPILATION_CONFIG) sets pass_config.fuse_norm_quant"),
+    ('{"custom_ops": ["+quant_fp8"]}',
+     "compilation_config (env OPTION_COMPILATION_CONFIG) sets custom_ops for quant_fp8"),
+])
+def test_norm_quant_yields_to_the_users_own_choice(va, tmp_path, gpu_build, user, why):
+    p = plan(va, tmp_path, {"OPTION_NORM_QUANT": "compiled", "OPTION_CUDA_GRAPH_MAX_TOKENS": "0",
                             "OPTION_COMPILATION_CONFIG": user})
     assert compile_config(p) == json.loads(user)
-    assert any(n.startswith("norm_quant_fusion=false ignored: compilation_config (env OPTION_COMPILATION_CONFIG) "
-                            "sets pass_config.fuse_norm_quant") for n in p.notes), p.notes
+    assert any(n.startswith("norm_quant=compiled ignored: " + why) for n in p.notes), p.notes
 
 
-def test_norm_quant_fusion_is_not_applied_on_the_cpu_build(va, tmp_path):
-    p = plan(va, tmp_path, {"OPTION_NORM_QUANT_FUSION": "false"})
+def test_norm_quant_is_not_applied_on_the_cpu_build_and_a_bad_value_is_named(va, tmp_path):
+    p = plan(va, tmp_path, {"OPTION_NORM_QUANT": "separate"})
     assert compile_config(p) is None
-    assert any("norm_quant_fusion=false ignored: the CPU build" in n for n in p.notes)
+    assert any("norm_quant=separate ignored: the CPU build" in n for n in p.notes)
+    from serving import resolve
+    with pytest.raises(resolve.ConfigError, match="norm_quant from env OPTION_NORM_QUANT"):
+        plan(va, tmp_path, {"OPTION_NORM_QUANT": "fastest"})

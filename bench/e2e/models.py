@@ -66,7 +66,8 @@ def parse_layers(tokens: list[str], models: list[str]) -> dict[str, int]:
 # "image-gemv-silu" (SiLU-and-mul and the w2 input's quantization inside 0011's w2 GEMV: patch 0012, off in the
 # image; run 22 ran it as the image, beside "image-vllm-act", the same arm with it off),
 # "image-qk-norm-rope" (vLLM's fused Q/K RMSNorm + RoPE kernel: option.qk_norm_rope_fusion, off in the image),
-# "image-unfused-norm-quant" (vLLM's RMSNorm + FP8 quantization fusion off: option.norm_quant_fusion false), and
+# "image-separate-norm-quant" and "image-compiled-norm-quant" (the RMSNorm before a block-FP8 linear layer and its
+# FP8 quantization without vLLM's fused kernel: option.norm_quant separate or compiled, serving/compile_passes.py), and
 # "image-candidates" (the image with the files of --candidate-configs laid over configs/: how a config file not yet
 # shipped is gated beside the image). Not measured, started for what their logs say:
 # "stock-debug" (stock at VLLM_LOGGING_LEVEL=DEBUG: why each MoE backend ahead of the chosen one was rejected) and
@@ -83,7 +84,8 @@ IMAGE_ARM_SETTINGS: dict[str, dict[str, object]] = {
     "image-cutlass-dense": {"block_fp8_small_m_triton": False},
     "image-gemv-silu": {"moe_decode_gemv_silu": True},
     "image-qk-norm-rope": {"qk_norm_rope_fusion": True},
-    "image-unfused-norm-quant": {"norm_quant_fusion": False},
+    "image-separate-norm-quant": {"norm_quant": "separate"},
+    "image-compiled-norm-quant": {"norm_quant": "compiled"},
     "image-candidates": {},  # its configs_dir is made per run (servers.candidate_configs_dir)
 }
 # The peers a user would pick instead of the image, each from a runtime of its own (bench/e2e/servers.py PEERS says
@@ -93,18 +95,18 @@ IMAGE_ARM_SETTINGS: dict[str, dict[str, object]] = {
 PEER_ARMS = ("sglang", "vllm-latest")
 CANDIDATES_ARM = "image-candidates"
 QK_NORM_ROPE_ARM = "image-qk-norm-rope"
-UNFUSED_NORM_QUANT_ARM = "image-unfused-norm-quant"
+NORM_QUANT_ARMS = ("image-separate-norm-quant", "image-compiled-norm-quant")
 MEASURED_ARMS = ("stock", "image", "image-stock-order", "image-vllm-quant", "image-vllm-topk", "image-eager-prefill",
-                 "image-bf16-router", "image-cutlass-dense", "image-gemv-silu", QK_NORM_ROPE_ARM, UNFUSED_NORM_QUANT_ARM,
+                 "image-bf16-router", "image-cutlass-dense", "image-gemv-silu", QK_NORM_ROPE_ARM, *NORM_QUANT_ARMS,
                  CANDIDATES_ARM, *PEER_ARMS)
 # Block FP8: the linear layers on vLLM's prebuilt CUTLASS block-scaled kernel in both arms, so that only the MoE
 # path differs. vLLM's default there is FlashInfer's DeepGEMM kernel, which the image builds with nvcc at start and
 # stock follows with DeepGEMM's JIT warm-up of 512 shapes (42-48 minutes on an H200 by its own estimate), beyond
 # one session's device time.
 BLOCK_FP8_ENGINE_ARGS = (("linear-backend", "cutlass"),)
-# Every GPU model (each has Qwen3 attention) has the Q/K norm + RoPE arm, the unfused norm + quantization arm, the
+# Every GPU model (each has Qwen3 attention) has the Q/K norm + RoPE arm, the norm + quantization arms, the
 # candidates arm and the peers; a run starts the candidates arm and the peers only when --arms names them.
-PASS_ARMS = (QK_NORM_ROPE_ARM, UNFUSED_NORM_QUANT_ARM)
+PASS_ARMS = (QK_NORM_ROPE_ARM, *NORM_QUANT_ARMS)
 MODELS = tuple(replace(m, arms=(*m.arms, *PASS_ARMS, CANDIDATES_ARM, *PEER_ARMS)) for m in (
     Model("qwen3-235b-tp8-tensor", "qwen3-235b-a22b-tp8", "tensor",
           ("stock", "image", "image-vllm-quant", "image-vllm-topk", "image-eager-prefill", "stock-debug")),
