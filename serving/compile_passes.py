@@ -22,26 +22,12 @@ makes the choice; each case leaves a note in the start log.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Mapping
 
-NORM_QUANT_PASS = "fuse_norm_quant"  # vLLM's PassConfig field
+# vLLM's PassConfig fields
+QK_NORM_ROPE_PASS = "enable_qk_norm_rope_fusion"
+NORM_QUANT_PASS = "fuse_norm_quant"
 QUANT_OP = "quant_fp8"  # vLLM's CustomOp name of its FP8 activation quantization
-
-
-@dataclass(frozen=True)
-class PassSwitch:
-    setting: str  # serving/settings.py key
-    field: str  # vLLM's PassConfig field
-    value: bool  # the setting's value that departs from vLLM's choice, written to the field as is
-    what: str  # the start log's words for what that value does
-    cpu: str  # why the CPU build ignores it
-
-
-SWITCHES = (
-    PassSwitch("qk_norm_rope_fusion", "enable_qk_norm_rope_fusion", True, "vLLM's fused Q/K RMSNorm + RoPE kernel",
-               "the CPU build has no fused_qk_norm_rope kernel"),
-)
 
 
 def _passes(said: str, config: dict, entries: Mapping, cpu_build: bool, eager: bool, cpu: str,
@@ -64,26 +50,26 @@ def _source(entries: Mapping) -> str:
     return f"compilation_config ({user.source})" if user is not None else "compilation_config"
 
 
-def compilation_config(switch: PassSwitch, value: bool, config: dict | None, entries: Mapping, cpu_build: bool,
-                       eager: bool) -> tuple[dict | None, str | None]:
+def qk_norm_rope_config(enabled: bool, config: dict | None, entries: Mapping, cpu_build: bool,
+                        eager: bool) -> tuple[dict | None, str | None]:
     """`config` (the compilation config the launcher hands vLLM so far: the user's, {} if unset; None where it is no
-    JSON object, which vLLM's parser refuses) with the switch's pass field set, or None to leave it as it is; and a
-    note for the start log saying what was done, or why not. `entries` are the launcher's resolved settings;
+    JSON object, which vLLM's parser refuses) with vLLM's Q/K RMSNorm + RoPE pass on, or None to leave it as it is;
+    and a note for the start log saying what was done, or why not. `entries` are the launcher's resolved settings;
     `eager`: the user set enforce_eager."""
-    if value != switch.value or config is None:
+    if not enabled or config is None:
         return None, None
-    said = f"{switch.setting}={str(value).lower()}"
-    passes, note = _passes(said, config, entries, cpu_build, eager, switch.cpu, switch.field)
+    passes, note = _passes("qk_norm_rope_fusion=true", config, entries, cpu_build, eager,
+                           "the CPU build has no fused_qk_norm_rope kernel", QK_NORM_ROPE_PASS)
     if passes is None:
         return None, note
-    return {**config, "pass_config": {**passes, switch.field: switch.value}}, (
-        f"{switch.what} ({switch.setting}): compilation pass_config.{switch.field} {str(switch.value).lower()}")
+    return {**config, "pass_config": {**passes, QK_NORM_ROPE_PASS: True}}, (
+        f"vLLM's fused Q/K RMSNorm + RoPE kernel (qk_norm_rope_fusion): compilation pass_config.{QK_NORM_ROPE_PASS} on")
 
 
 def norm_quant_config(choice: str, config: dict | None, entries: Mapping, cpu_build: bool,
                       eager: bool) -> tuple[dict | None, str | None]:
-    """option.norm_quant as compilation_config does for a PassSwitch: `separate` turns vLLM's fuse_norm_quant pass
-    off, `compiled` also adds `-quant_fp8` to custom_ops; `vllm` leaves the config as it is."""
+    """option.norm_quant as qk_norm_rope_config does for its pass: `separate` turns vLLM's fuse_norm_quant pass off,
+    `compiled` also adds `-quant_fp8` to custom_ops; `vllm` leaves the config as it is."""
     if choice == "vllm" or config is None:
         return None, None
     said = f"norm_quant={choice}"

@@ -9,7 +9,6 @@ container's main process: signals and exit codes reach SageMaker directly.
 """
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import os
@@ -262,10 +261,9 @@ def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
     eager = eager_entry is not None and _truthy(eager_entry.raw)
     # the compilation config handed to vLLM: the user's own, with what the launcher's settings add to it (None: as is)
     user_config, added = user_compilation_config(res.entries), None
-    adds = [(cuda_graphs.compilation_config, s.cuda_graph_max_tokens)] + [
-        (functools.partial(compile_passes.compilation_config, switch), getattr(s, switch.setting))
-        for switch in compile_passes.SWITCHES] + [(compile_passes.norm_quant_config, s.norm_quant)]
-    for add, value in adds:
+    for add, value in ((cuda_graphs.compilation_config, s.cuda_graph_max_tokens),
+                       (compile_passes.qk_norm_rope_config, s.qk_norm_rope_fusion),
+                       (compile_passes.norm_quant_config, s.norm_quant)):
         config, note = add(value, added or user_config, res.entries, is_cpu_build(), eager)
         added = config or added
         if note:

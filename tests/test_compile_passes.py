@@ -11,7 +11,6 @@ import pytest
 
 from serving import compile_passes, cuda_graphs, launcher
 
-QK = next(s for s in compile_passes.SWITCHES if s.setting == "qk_norm_rope_fusion")
 
 
 def plan(va, tmp_path, env):
@@ -27,7 +26,7 @@ def compile_config(p) -> dict | None:
 def test_off_by_default(va, tmp_path, gpu_build):
     p = plan(va, tmp_path, {})
     assert p.settings.qk_norm_rope_fusion is False
-    assert "pass_config" not in compile_config(p) and not any(QK.setting in n for n in p.notes)
+    assert "pass_config" not in compile_config(p) and not any("qk_norm_rope_fusion" in n for n in p.notes)
 
 
 def test_on_it_joins_the_graph_sizes_and_vllm_reads_the_pass(va, tmp_path, gpu_build):
@@ -41,8 +40,8 @@ def test_on_it_joins_the_graph_sizes_and_vllm_reads_the_pass(va, tmp_path, gpu_b
     import dataclasses
 
     from vllm.config.compilation import CompilationConfig, PassConfig
-    assert QK.field in {f.name for f in dataclasses.fields(PassConfig)}
-    assert isinstance(getattr(CompilationConfig(**config).pass_config, QK.field), bool)
+    assert compile_passes.QK_NORM_ROPE_PASS in {f.name for f in dataclasses.fields(PassConfig)}
+    assert isinstance(getattr(CompilationConfig(**config).pass_config, compile_passes.QK_NORM_ROPE_PASS), bool)
 
 
 def test_merged_into_the_users_config_without_graph_sizes(va, tmp_path, gpu_build):
