@@ -9,16 +9,21 @@ serving/settings.py, written only where the setting departs from vLLM's own choi
   runs 16-18 hold five different picks, which take 1.6 to 4.3 µs at one token on the H200 (bench/RESULTS-archive.md,
   run 18). With the pass vLLM runs its own CUDA kernel, `fused_qk_norm_rope`, which has no autotuned choice. Off
   until the engine bench measures it (arm `image-qk-norm-rope`).
-- `option.norm_quant` (vllm): the RMSNorm before a block-FP8 linear layer and its FP8 quantization. vLLM's
+- `option.norm_quant` (compiled): the RMSNorm before a block-FP8 linear layer and its FP8 quantization. vLLM's
   `fuse_norm_quant` pass makes them one CUDA kernel, `rms_norm_per_block_quant_kernel`: 7.6 µs a call at one token
-  and hidden 6,144 on the H200 (engine run 22's profile). `separate` turns the pass off (the norm as torch.compile
-  generates it, about 2 µs, then vLLM's group-quantization op, 2.1-2.5 µs); `compiled` also takes vLLM's
-  quantization op in its native form (`custom_ops` `-quant_fp8`, which vLLM otherwise turns on for block-FP8
-  checkpoints), so torch.compile generates both: 2.9 µs in two kernels for the same work (kernel probe 22c, the
-  host's torch). Unmeasured in the engine (arms `image-separate-norm-quant`, `image-compiled-norm-quant`).
+  and hidden 6,144 on the H200 (engine run 22's profile). `compiled` turns the pass off and takes vLLM's quantization
+  op in its native form (`custom_ops` `-quant_fp8`, which vLLM otherwise turns on for block-FP8 checkpoints), so
+  torch.compile generates both: 4.6 µs in two kernels in the engine, and the quantization before o_proj 1.9 µs
+  instead of vLLM's 2.5 (run 23's profile). The Qwen3-Coder EP8 shard then serves 1.018x, 1.020x and 1.011x the
+  tokens/s of vLLM's kernel at 1, 8 and 32 clients (run 23). `separate` turns only the pass off (the norm as
+  torch.compile generates it, then vLLM's group-quantization op); `vllm` leaves vLLM's choice. A checkpoint without
+  block-FP8 weights runs no fused norm + quantization in vLLM 0.32 under Inductor (the pass and the op are off
+  there), so `compiled` changes nothing for it.
 
 Not applied on the CPU build, with enforce_eager (nothing is compiled), or where the user's compilation_config already
-makes the choice; each case leaves a note in the start log.
+makes the choice; each case leaves a note in the start log. `compiled` is also not applied where Inductor compiles
+nothing (compilation mode 0, a backend other than inductor, optimization level 0): vLLM's native quantization would then
+run as eager PyTorch.
 """
 from __future__ import annotations
 
@@ -43,6 +48,19 @@ def _passes(said: str, config: dict, entries: Mapping, cpu_build: bool, eager: b
     if field in passes:
         return None, f"{said} ignored: {_source(entries)} sets pass_config.{field}"
     return passes, None
+
+
+def _not_inductor(config: dict, entries: Mapping) -> str | None:
+    """Why torch.compile's Inductor generates no kernels under this config, or None where it does."""
+    mode, backend = config.get("mode"), config.get("backend")
+    if mode is not None and str(mode).strip().upper() in ("0", "NONE"):
+        return f"{_source(entries)} sets mode {mode}: nothing is compiled"
+    if backend is not None and backend != "inductor":
+        return f"{_source(entries)} sets backend {backend}: Inductor generates no kernels"
+    level = entries.get("optimization_level")
+    if level is not None and str(level.value).strip() == "0":
+        return f"optimization_level 0 ({level.source}) compiles nothing"
+    return None
 
 
 def _source(entries: Mapping) -> str:
@@ -78,6 +96,8 @@ def norm_quant_config(choice: str, config: dict | None, entries: Mapping, cpu_bu
     if passes is None:
         return None, note
     out = {**config, "pass_config": {**passes, NORM_QUANT_PASS: False}}
+    if choice == "compiled" and (why := _not_inductor(config, entries)):
+        return None, f"{said} ignored: {why}"
     if choice == "separate":
         return out, (f"RMSNorm and its FP8 quantization as separate kernels (norm_quant=separate): compilation "
                      f"pass_config.{NORM_QUANT_PASS} false")

@@ -36,6 +36,8 @@ LMI_MIDDLEWARE = "serving.lmi.middleware.LMIMiddleware"
 CPU_DEFAULTS = {"kv_cache_memory_bytes": "268435456"}
 # The CPU build runs no CUDA graphs: the table's capture limit is 0 there unless the user sets one.
 CPU_NO_GRAPHS = resolve.ContextDefault(cuda_graphs.SETTING, "0", "CPU build: no CUDA graphs")
+# Nor an FP8 norm + quantization for option.norm_quant to change: vLLM's choice there unless the user sets one.
+CPU_NORM_QUANT = resolve.ContextDefault("norm_quant", "vllm", "CPU build: no FP8 norm + quantization")
 TINY_MODEL_DEFAULTS = {"max_model_len": "2048"}
 # `vllm serve` starts one API server process per data-parallel rank unless told otherwise; the container
 # runs one, in the process that becomes the engine, where the middleware (drain, sessions) lives.
@@ -167,7 +169,7 @@ def context_defaults(kind: str, user: resolve.Resolution, env: Mapping[str, str]
     if "tensor_parallel_size" not in user.entries:
         out.append(tp_default(env, cpu_build))
     if cpu_build:
-        out.append(CPU_NO_GRAPHS)  # a context default: the user's own value beats it
+        out += [CPU_NO_GRAPHS, CPU_NORM_QUANT]  # context defaults: the user's own value beats them
     if needs_one_api_server(user):
         out.append(ONE_API_SERVER)
     if kind == "embedded":

@@ -26,14 +26,16 @@ def compile_config(p) -> dict | None:
 def test_off_by_default(va, tmp_path, gpu_build):
     p = plan(va, tmp_path, {})
     assert p.settings.qk_norm_rope_fusion is False
-    assert "pass_config" not in compile_config(p) and not any("qk_norm_rope_fusion" in n for n in p.notes)
+    assert compile_passes.QK_NORM_ROPE_PASS not in compile_config(p)["pass_config"]
+    assert not any("qk_norm_rope_fusion" in n for n in p.notes)
 
 
 def test_on_it_joins_the_graph_sizes_and_vllm_reads_the_pass(va, tmp_path, gpu_build):
     p = plan(va, tmp_path, {"OPTION_QK_NORM_ROPE_FUSION": "true"})
     config = compile_config(p)
     assert config == {"cudagraph_capture_sizes": cuda_graphs.capture_sizes(8192),
-                      "pass_config": {"enable_qk_norm_rope_fusion": True}}
+                      "pass_config": {"enable_qk_norm_rope_fusion": True, "fuse_norm_quant": False},
+                      "custom_ops": ["-quant_fp8"]}  # option.norm_quant's default beside it
     assert any("fused Q/K RMSNorm + RoPE kernel (qk_norm_rope_fusion)" in n for n in p.notes)
     # the flag went through vLLM's own parser (the launcher checks every value there); vLLM's PassConfig has the field
     # and takes the config (on a platform without the CUDA kernel, as here, it then turns the pass off with a warning)
@@ -49,8 +51,11 @@ def test_merged_into_the_users_config_without_graph_sizes(va, tmp_path, gpu_buil
                             "OPTION_COMPILATION_CONFIG": '{"mode": 3, "pass_config": {"fuse_norm_quant": true}}'})
     assert compile_config(p) == {"mode": 3, "pass_config": {"fuse_norm_quant": True,
                                                             "enable_qk_norm_rope_fusion": True}}
+    assert any(n.startswith("norm_quant=compiled ignored: compilation_config (env OPTION_COMPILATION_CONFIG) sets "
+                            "pass_config.fuse_norm_quant") for n in p.notes), p.notes
     p = plan(va, tmp_path, {"OPTION_QK_NORM_ROPE_FUSION": "true", "OPTION_CUDA_GRAPH_MAX_TOKENS": "0"})
-    assert compile_config(p) == {"pass_config": {"enable_qk_norm_rope_fusion": True}}
+    assert compile_config(p) == {"pass_config": {"enable_qk_norm_rope_fusion": True, "fuse_norm_quant": False},
+                                 "custom_ops": ["-quant_fp8"]}
 
 
 @pytest.mark.parametrize("env,why", [
@@ -59,7 +64,8 @@ def test_merged_into_the_users_config_without_graph_sizes(va, tmp_path, gpu_buil
     ({"OPTION_ENFORCE_EAGER": "true"}, "enforce_eager compiles nothing"),
 ])
 def test_the_users_own_choice_wins_with_a_note(va, tmp_path, gpu_build, env, why):
-    p = plan(va, tmp_path, {"OPTION_QK_NORM_ROPE_FUSION": "true", "OPTION_CUDA_GRAPH_MAX_TOKENS": "0", **env})
+    p = plan(va, tmp_path, {"OPTION_QK_NORM_ROPE_FUSION": "true", "OPTION_CUDA_GRAPH_MAX_TOKENS": "0",
+                            "OPTION_NORM_QUANT": "vllm", **env})
     user = env.get("OPTION_COMPILATION_CONFIG")
     assert compile_config(p) == (json.loads(user) if user else None)
     assert any(n.startswith("qk_norm_rope_fusion=true ignored") and why in n for n in p.notes), p.notes
@@ -85,10 +91,34 @@ def test_a_bad_value_names_the_setting(va, tmp_path, gpu_build):
         plan(va, tmp_path, {"OPTION_QK_NORM_ROPE_FUSION": "maybe"})
 
 
-def test_norm_quant_leaves_vllms_choice_by_default(va, tmp_path, gpu_build):
+def test_norm_quant_compiled_by_default_and_vllm_leaves_vllms_choice(va, tmp_path, gpu_build):
     p = plan(va, tmp_path, {})
-    assert p.settings.norm_quant == "vllm"
+    assert p.settings.norm_quant == "compiled"
+    assert compile_config(p) == {"cudagraph_capture_sizes": cuda_graphs.capture_sizes(8192),
+                                 "pass_config": {"fuse_norm_quant": False}, "custom_ops": ["-quant_fp8"]}
+    assert any("(norm_quant=compiled): compilation pass_config.fuse_norm_quant false, custom_ops -quant_fp8" in n
+               for n in p.notes), p.notes
+    p = plan(va, tmp_path, {"OPTION_NORM_QUANT": "vllm"})
     assert "pass_config" not in compile_config(p) and not any("norm_quant" in n for n in p.notes)
+
+
+@pytest.mark.parametrize("env,why", [
+    ({"OPTION_COMPILATION_CONFIG": '{"mode": 0}'},
+     "compilation_config (env OPTION_COMPILATION_CONFIG) sets mode 0: nothing is compiled"),
+    ({"OPTION_COMPILATION_CONFIG": '{"mode": "NONE"}'},
+     "compilation_config (env OPTION_COMPILATION_CONFIG) sets mode NONE: nothing is compiled"),
+    ({"OPTION_COMPILATION_CONFIG": '{"backend": "eager"}'},
+     "compilation_config (env OPTION_COMPILATION_CONFIG) sets backend eager: Inductor generates no kernels"),
+    ({"OPTION_OPTIMIZATION_LEVEL": "0"}, "optimization_level 0 (env OPTION_OPTIMIZATION_LEVEL) compiles nothing"),
+])
+def test_norm_quant_compiled_is_not_applied_where_inductor_compiles_nothing(va, tmp_path, gpu_build, env, why):
+    """vLLM's native quantization would run as eager PyTorch there; `separate` still turns the pass off."""
+    p = plan(va, tmp_path, {"OPTION_CUDA_GRAPH_MAX_TOKENS": "0", **env})
+    user = env.get("OPTION_COMPILATION_CONFIG")
+    assert compile_config(p) == (json.loads(user) if user else None)
+    assert any(n == "norm_quant=compiled ignored: " + why for n in p.notes), p.notes
+    p = plan(va, tmp_path, {"OPTION_CUDA_GRAPH_MAX_TOKENS": "0", "OPTION_NORM_QUANT": "separate", **env})
+    assert compile_config(p)["pass_config"] == {"fuse_norm_quant": False}
 
 
 @pytest.mark.parametrize("choice,ops,says", [
@@ -122,6 +152,9 @@ def test_norm_quant_yields_to_the_users_own_choice(va, tmp_path, gpu_build, user
 
 
 def test_norm_quant_is_not_applied_on_the_cpu_build_and_a_bad_value_is_named(va, tmp_path):
+    p = plan(va, tmp_path, {})  # this machine is the CPU build: vLLM's choice, without a note
+    assert p.settings.norm_quant == "vllm" and compile_config(p) is None and not any("norm_quant" in n for n in p.notes)
+    assert p.resolved["norm_quant"].source == "default (CPU build: no FP8 norm + quantization)"
     p = plan(va, tmp_path, {"OPTION_NORM_QUANT": "separate"})
     assert compile_config(p) is None
     assert any("norm_quant=separate ignored: the CPU build" in n for n in p.notes)

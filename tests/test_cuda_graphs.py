@@ -10,7 +10,8 @@ from serving import cuda_graphs, launcher, resolve
 
 
 def plan(va, tmp_path, env):
-    return launcher.plan({"SERVING_MODEL_DIR": str(tmp_path), **env}, va)
+    # option.norm_quant at vllm: its additions to the same config are tests/test_compile_passes.py's subject
+    return launcher.plan({"SERVING_MODEL_DIR": str(tmp_path), "OPTION_NORM_QUANT": "vllm", **env}, va)
 
 
 def graph_config(p) -> dict | None:

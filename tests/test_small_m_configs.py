@@ -1,6 +1,6 @@
-"""bench/small_m_configs.py: the shipped small-M files (patch 0010) are what it makes from run 17's decode GEMM bench
-(up to 8 tokens, the counts the engine bench gated), and it gives the split-K kernel only the token counts where it
-beat CUTLASS in every repetition."""
+"""bench/small_m_configs.py: the shipped small-M files (patch 0010) are what it makes from the decode GEMM benches of
+runs 17 (the 235B EP8 rank's shapes) and 18 (the Coder EP8 rank's), up to 8 tokens, the counts the engine bench gated
+(runs 17 and 23), and it gives the split-K kernel only the token counts where it beat CUTLASS in every repetition."""
 from __future__ import annotations
 
 import json
@@ -22,12 +22,22 @@ def make(source: Path, out: Path, *args: str) -> list[str]:
     return sorted(Path(line).name for line in r.stdout.split())
 
 
-def test_shipped_files_reproduce_from_run_17(tmp_path):
-    made = make(RUN_17, tmp_path, "--max-tokens", "8")
-    shipped = sorted(p.name for p in (ROOT / "configs").glob("N=*,small_m.json"))
-    assert made == shipped and made
-    for name in made:
-        assert (tmp_path / name).read_bytes() == (ROOT / "configs" / name).read_bytes(), name
+# configs/' small-M files: the decode GEMM bench each came from, its flags, and the shapes taken from it
+SHIPPED = ((RUN_17, ("--max-tokens", "8"), ((1280, 4096), (4096, 1024))),
+           (RUN_18 / "decode" / "decode_gemm.json", ("--max-tokens", "8", "--fused-input-quant", "6144x12288"),
+            ((14336, 6144), (6144, 12288))))
+
+
+def test_shipped_files_reproduce_from_runs_17_and_18(tmp_path):
+    expected = []
+    for i, (source, flags, shapes) in enumerate(SHIPPED):
+        made = make(source, tmp_path / str(i), *flags)
+        for n, k in shapes:
+            name = small_m_configs.file_name(n, k)
+            assert name in made, (source, name)
+            assert (tmp_path / str(i) / name).read_bytes() == (ROOT / "configs" / name).read_bytes(), name
+            expected.append(name)
+    assert sorted(p.name for p in (ROOT / "configs").glob("N=*,small_m.json")) == sorted(expected)
 
 
 def test_run_18s_candidate_files_are_what_its_lease_made_from_its_decode_bench(tmp_path):

@@ -66,8 +66,10 @@ def parse_layers(tokens: list[str], models: list[str]) -> dict[str, int]:
 # "image-gemv-silu" (SiLU-and-mul and the w2 input's quantization inside 0011's w2 GEMV: patch 0012, off in the
 # image; run 22 ran it as the image, beside "image-vllm-act", the same arm with it off),
 # "image-qk-norm-rope" (vLLM's fused Q/K RMSNorm + RoPE kernel: option.qk_norm_rope_fusion, off in the image),
-# "image-separate-norm-quant" and "image-compiled-norm-quant" (the RMSNorm before a block-FP8 linear layer and its
-# FP8 quantization without vLLM's fused kernel: option.norm_quant separate or compiled, serving/compile_passes.py), and
+# "image-vllm-norm-quant" and "image-separate-norm-quant" (the RMSNorm before a block-FP8 linear layer and its FP8
+# quantization as vLLM's fused CUDA kernel, or the norm generated and the quantization as vLLM's op, where the image
+# has torch.compile generate both: option.norm_quant vllm or separate, serving/compile_passes.py; run 23 ran the
+# image's choice as "image-compiled-norm-quant" beside the image with vllm), and
 # "image-candidates" (the image with the files of --candidate-configs laid over configs/: how a config file not yet
 # shipped is gated beside the image). Not measured, started for what their logs say:
 # "stock-debug" (stock at VLLM_LOGGING_LEVEL=DEBUG: why each MoE backend ahead of the chosen one was rejected) and
@@ -84,8 +86,8 @@ IMAGE_ARM_SETTINGS: dict[str, dict[str, object]] = {
     "image-cutlass-dense": {"block_fp8_small_m_triton": False},
     "image-gemv-silu": {"moe_decode_gemv_silu": True},
     "image-qk-norm-rope": {"qk_norm_rope_fusion": True},
+    "image-vllm-norm-quant": {"norm_quant": "vllm"},
     "image-separate-norm-quant": {"norm_quant": "separate"},
-    "image-compiled-norm-quant": {"norm_quant": "compiled"},
     "image-candidates": {},  # its configs_dir is made per run (servers.candidate_configs_dir)
 }
 # The peers a user would pick instead of the image, each from a runtime of its own (bench/e2e/servers.py PEERS says
@@ -95,7 +97,7 @@ IMAGE_ARM_SETTINGS: dict[str, dict[str, object]] = {
 PEER_ARMS = ("sglang", "vllm-latest")
 CANDIDATES_ARM = "image-candidates"
 QK_NORM_ROPE_ARM = "image-qk-norm-rope"
-NORM_QUANT_ARMS = ("image-separate-norm-quant", "image-compiled-norm-quant")
+NORM_QUANT_ARMS = ("image-vllm-norm-quant", "image-separate-norm-quant")
 MEASURED_ARMS = ("stock", "image", "image-stock-order", "image-vllm-quant", "image-vllm-topk", "image-eager-prefill",
                  "image-bf16-router", "image-cutlass-dense", "image-gemv-silu", QK_NORM_ROPE_ARM, *NORM_QUANT_ARMS,
                  CANDIDATES_ARM, *PEER_ARMS)
