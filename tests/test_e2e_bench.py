@@ -4,6 +4,7 @@ a recorded H200 run."""
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -360,9 +361,9 @@ def test_each_image_arm_switches_one_setting_of_the_table_and_no_arm_inherits_a_
     and a switch left in the bench's own environment, under any of its names, reaches no arm."""
     from serving.settings import TABLE
 
-    # one setting each ("image" and "image-candidates" none); two arms may give one setting two values
+    # one setting each ("image", "image-no-nvcc" and "image-candidates" none); two arms may give one setting two values
     sizes = sorted(len(arm) for arm in models.IMAGE_ARM_SETTINGS.values())
-    assert sizes == [0, 0] + [1] * (len(sizes) - 2)
+    assert sizes == [0, 0, 0] + [1] * (len(sizes) - 3)
     switched = {key: value for arm in models.IMAGE_ARM_SETTINGS.values() for key, value in arm.items()}
     names = {n for key in switched for n in (*TABLE[key].env_names, TABLE[key].engine_env) if n}
     for name in names:
@@ -378,6 +379,33 @@ def test_each_image_arm_switches_one_setting_of_the_table_and_no_arm_inherits_a_
             plan = _image_launch_plan(env)  # the GPU build's defaults (gpu_build), which the arms run with
             assert {key: getattr(plan.settings, key) for key in switched} == {
                 key: own.get(key, TABLE[key].default) for key in switched}, arm
+
+
+def test_the_no_nvcc_arm_is_the_image_as_its_container_runs_it(tmp_path, monkeypatch, gpu_build):
+    """image-no-nvcc: the image's settings with nvcc off PATH and CUDA_HOME pointing where there is none, as in the
+    image's runtime base; its launcher then turns DeepGEMM off (VLLM_USE_DEEP_GEMM=0), which the image arm, started
+    where the host's nvcc is found, does not."""
+    from serving import launcher
+    from serving.vllm_args import VllmArgs
+
+    cuda = tmp_path / "cuda"
+    (cuda / "bin").mkdir(parents=True)
+    (cuda / "bin" / "nvcc").write_text("#!/bin/sh\n")
+    (cuda / "bin" / "nvcc").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{cuda / 'bin'}{os.pathsep}/usr/bin")
+    monkeypatch.setenv("CUDA_HOME", str(cuda))
+    m = next(m for m in models.MODELS if m.name == "qwen3-coder-480b-ep8-block")
+    assert models.NO_NVCC_ARM in m.arms and models.NO_NVCC_ARM in models.MEASURED_ARMS
+    cfg = _bench_config(tmp_path)
+    envs = {arm: servers.server_command(cfg, m, arm, tmp_path / "model", 8002)[1]
+            for arm in ("image", models.NO_NVCC_ARM)}
+    assert str(cuda / "bin") in envs["image"]["PATH"].split(os.pathsep) and envs["image"]["CUDA_HOME"] == str(cuda)
+    assert str(cuda / "bin") not in envs[models.NO_NVCC_ARM]["PATH"].split(os.pathsep)
+    assert not Path(envs[models.NO_NVCC_ARM]["CUDA_HOME"]).exists()
+    plans = {arm: launcher.plan(env | {"OPTION_MODEL_ID": "Qwen/Qwen3-0.6B"}, VllmArgs()) for arm, env in envs.items()}
+    assert plans[models.NO_NVCC_ARM].env.get("VLLM_USE_DEEP_GEMM") == "0"
+    assert "VLLM_USE_DEEP_GEMM" not in plans["image"].env
+    assert plans["image"].argv == plans[models.NO_NVCC_ARM].argv
 
 
 def test_the_candidates_arm_serves_configs_with_the_candidate_files_laid_over_them(tmp_path, monkeypatch):

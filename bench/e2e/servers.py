@@ -15,7 +15,7 @@ from serving.settings import TABLE, to_environment
 from tools.launcher_process import Server, free_port, spawn
 
 from .config import Config
-from .models import CANDIDATES_ARM, IMAGE_ARM_SETTINGS, PEER_ARMS, Model
+from .models import CANDIDATES_ARM, IMAGE_ARM_SETTINGS, NO_NVCC_ARM, PEER_ARMS, Model
 
 JIT_WARNING = "JIT compilation during inference"
 MAX_NUM_SEQS = 128
@@ -208,6 +208,8 @@ def server_command(cfg: Config, model: Model, arm: str, model_dir: Path, port: i
         env.update(to_environment({"model_id": str(model_dir), "host": "127.0.0.1", "port": port, **settings,
                                    **{k.replace("-", "_"): v for k, v in args.items()}}))
         env.update({"SERVING_PYTHON": cfg.image_python, "SERVING_MODEL_DIR": str(cfg.work / "no-model-dir")})
+        if arm == NO_NVCC_ARM:
+            env = _without_nvcc(env)
         cmd = [str(ROOT / "entrypoint.sh"), "serve"]
     elif arm == "vllm-latest":
         # vLLM's supported entry point (the `vllm` program is vllm.entrypoints.cli.main:main)
