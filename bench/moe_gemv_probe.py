@@ -31,6 +31,7 @@ from bench.moe.kernel_source import load_definitions, load_kernel  # noqa: E402
 from bench.moe.problem import Inputs, ShapeCtx, dequant_a, dequant_w  # noqa: E402
 from bench.moe.timing import measure_copy_bandwidth, run_config, time_graph  # noqa: E402
 
+FP8_MAX = torch.finfo(torch.float8_e4m3fn).max
 TOLERANCE = 5e-2  # the harness's (bench/moe/problem.check): fp8 products summed over K=2,560-7,168
 
 
@@ -125,13 +126,12 @@ def silu_unfused(X: torch.Tensor, K: int, ue8m0: bool = True) -> tuple[torch.Ten
     """The w2 input as vLLM makes it from the w13 output X (gate, then up): act_and_mul (SiLU in float32, rounded to
     X's dtype, times up, rounded again), then per_token_group_quant_fp8's formula, UE8M0 scales as DeepGEMM's E8M0
     asks on Hopper: (FP8 values, float32 scales)."""
-    fp8_max = torch.finfo(torch.float8_e4m3fn).max
     act = (torch.nn.functional.silu(X[:, :K].float()).to(X.dtype).float() * X[:, K:].float()).to(X.dtype)
     g = act.float().view(X.shape[0], -1, 128)
-    scale = g.abs().amax(dim=2).clamp_min(1e-10) * (1.0 / fp8_max)
+    scale = g.abs().amax(dim=2).clamp_min(1e-10) * (1.0 / FP8_MAX)
     if ue8m0:
         scale = torch.exp2(torch.ceil(torch.log2(scale)))
-    q = (g / scale[..., None]).clamp(-fp8_max, fp8_max).to(torch.float8_e4m3fn)
+    q = (g / scale[..., None]).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
     return q.view(X.shape[0], K), scale.contiguous()
 
 
@@ -146,7 +146,6 @@ def probe_silu(ctx: ShapeCtx, gmod, M: int, plain: dict, space: str) -> dict:
     gen = torch.Generator(device=ctx.dev).manual_seed(99)
     X = [(torch.randn(pairs, 2 * K, device=ctx.dev, generator=gen) * 2).to(torch.bfloat16) for _ in range(n)]
     ids = [inp.topk_ids.reshape(-1).contiguous() for inp in inps]
-    fp8_max = torch.finfo(torch.float8_e4m3fn).max
     q, s = silu_unfused(X[0], K)
     C = inps[0].gemm_args("w2")[2]
     C.fill_(float("nan"))
@@ -160,13 +159,13 @@ def probe_silu(ctx: ShapeCtx, gmod, M: int, plain: dict, space: str) -> dict:
         try:
             C.fill_(float("nan"))
             if not gmod.lmi_invoke_fused_moe_gemv_silu(X[0], W.B[0], C, W.Bs[0], inps[0].topk_w, ids[0], True,
-                                                       cfg, True, fp8_max):
+                                                       cfg, True, FP8_MAX):
                 raise RuntimeError("0012's launcher declined the operands (their layout)")
             row["relerr"] = ((C.float() - ref).norm() / ref.norm()).item()
             if row["relerr"] < TOLERANCE:
                 fns = [lambda i=i: gmod.lmi_invoke_fused_moe_gemv_silu(
                     X[i], W.B[i], inps[i].gemm_args("w2")[2], W.Bs[i], inps[i].topk_w, ids[i], True, cfg, True,
-                    fp8_max) for i in range(n)]
+                    FP8_MAX) for i in range(n)]
                 row["us"] = time_graph(fns)[0]
         except Exception as e:  # noqa: BLE001  (a config Triton cannot build: recorded, the rest go on)
             row["error"] = repr(e)[:200]
