@@ -1,14 +1,20 @@
 """H200 probe: one decode step's RMSNorm (with its residual add) and per-128-group FP8 quantization before a block-FP8
-linear layer, as torch.compile generates them from the native ops, fused into one compiled function and as two.
+linear layer, and the RMSNorm alone (the one before the MoE), as torch.compile generates them from the native ops,
+compiled as a graph for the size at hand or as one graph for every size, with Inductor's options of each variant.
 
-    python3 bench/norm_quant_probe.py --out DIR [--hidden 6144 4096] [--tokens 1 2 8]
+    python3 bench/norm_quant_probe.py --out DIR [--hidden 6144 4096] [--tokens 1 2 8] [--variants NAME ...]
 
-vLLM 0.32 fuses this pair into one CUDA kernel (`rms_norm_per_block_quant_kernel`, its fuse_norm_quant pass): 7.6 µs
-a call at hidden 6,144 and one token in the engine on the H200 (bench/RESULTS-archive.md, run 22's profile), 5.7 µs
-at 4,096 (run 15). `option.norm_quant_fusion=false` turns that pass off. This probe runs on the GPU host's own torch
-and Triton (no wheelhouse), where vLLM is not installed: it gives the generated kernels' CUPTI durations (the clock
-the engine bench's profile uses) for the same work, not a side-by-side figure with vLLM's kernel. Each compiled
-result is checked against the eager functions first. Writes DIR/norm_quant_probe.json and prints a table.
+vLLM 0.32 fuses the norm and the quantization into one CUDA kernel (`rms_norm_per_block_quant_kernel`, its
+fuse_norm_quant pass): 7.6 µs a call at hidden 6,144 and one token in the engine on the H200 (bench/RESULTS-archive.md,
+run 22's profile). With `option.norm_quant=compiled` (the image's default) torch.compile generates them: 4.6 µs in two
+kernels in the engine (run 23), where this probe's graph for one token took 2.9 (kernel probe 22c). vLLM compiles one
+graph for every batch size (the batch dimension unbacked: no recompile, no guard on it), whose kernels Inductor tunes
+at its fallback size hint, unless compilation_config.compile_sizes names the size; the variants here are those two
+forms, each also with Inductor's cooperative reductions (a long reduction of few rows split over several programs).
+The probe runs on the GPU host's own torch and Triton (no wheelhouse), where vLLM is not installed: it gives the
+generated kernels' CUPTI durations (the clock the engine bench's profile uses), not a side-by-side figure with vLLM's
+kernel. Each compiled result is checked against the eager functions first. Writes DIR/norm_quant_probe.json and prints
+a table.
 """
 from __future__ import annotations
 
@@ -71,26 +77,50 @@ def relerr(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30))
 
 
-def probe(hidden: int, tokens: int, dev, timed: bool = True) -> dict:
+# name -> (one graph for every batch size, Inductor options)
+VARIANTS = {
+    "this size": (False, {}),
+    "every size": (True, {}),
+    "this size, cooperative": (False, {"triton.cooperative_reductions": True}),
+    "every size, cooperative": (True, {"triton.cooperative_reductions": True}),
+}
+EVERY_SIZE_EXAMPLE = 64  # the batch size the one-for-every-size graph is traced at (its kernels: any size)
+
+
+def compiled(fn, every_size: bool, options: dict, example: tuple):
+    """fn compiled as a graph for the size of the arguments it is called with, or as one graph for every batch size,
+    traced on `example` (whose first two tensors' batch dimension is then unbacked, as vLLM's is)."""
+    from torch._dynamo.decorators import mark_unbacked
+    c = torch.compile(fn, fullgraph=True, dynamic=None if every_size else False, options=options)
+    if every_size:
+        for t in example[:2]:
+            mark_unbacked(t, 0)
+        c(*example)
+    return c
+
+
+def inputs(hidden: int, tokens: int, dev) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     gen = torch.Generator(device=dev).manual_seed(hidden + tokens)
     x = torch.randn(tokens, hidden, device=dev, generator=gen).to(torch.bfloat16)
     residual = torch.randn(tokens, hidden, device=dev, generator=gen).to(torch.bfloat16)
     weight = (1 + 0.1 * torch.randn(hidden, device=dev, generator=gen)).to(torch.bfloat16)
-    args = (x, residual, weight)
-    fused = torch.compile(norm_then_quant, fullgraph=True, dynamic=False)
-    norm_c = torch.compile(rms_norm, fullgraph=True, dynamic=False)
-    quant_c = torch.compile(group_quant, fullgraph=True, dynamic=False)
-    want = norm_then_quant(*args)
-    got = fused(*args)
-    y, _ = norm_c(*args)
-    two = quant_c(y)
-    row = {"hidden": hidden, "tokens": tokens,
+    return x, residual, weight
+
+
+def probe(hidden: int, tokens: int, dev, variant: str = "this size", timed: bool = True) -> dict:
+    every_size, options = VARIANTS[variant]
+    args = inputs(hidden, tokens, dev)
+    example = inputs(hidden, EVERY_SIZE_EXAMPLE, dev)
+    fused = compiled(norm_then_quant, every_size, options, example)
+    norm_c = compiled(rms_norm, every_size, options, inputs(hidden, EVERY_SIZE_EXAMPLE, dev))
+    want, want_norm = norm_then_quant(*args), rms_norm(*args)
+    got, got_norm = fused(*args), norm_c(*args)
+    row = {"hidden": hidden, "tokens": tokens, "variant": variant,
            "fused_relerr": [relerr(a, b) for a, b in zip(got, want)],
-           "two_relerr": [relerr(two[0], want[0]), relerr(two[1], want[1])]}
+           "norm_relerr": [relerr(a, b) for a, b in zip(got_norm, want_norm)]}
     if timed:
         row["fused_us"], row["fused_kernels"] = kernel_us(fused, args)
         row["norm_us"], row["norm_kernels"] = kernel_us(norm_c, args)
-        row["quant_us"], row["quant_kernels"] = kernel_us(quant_c, (y,))
     return row
 
 
@@ -99,23 +129,32 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--hidden", type=int, nargs="+", default=[6144, 4096])
     p.add_argument("--tokens", type=int, nargs="+", default=[1, 2, 8])
+    p.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
     a = p.parse_args(argv)
     if not torch.cuda.is_available():
         p.error("no CUDA device: this probe times kernels on the GPU")
     dev = torch.device("cuda")
     a.out.mkdir(parents=True, exist_ok=True)
     rows = []
-    print("| hidden | tokens | one compiled function (µs, kernels) | norm (µs) + quantization (µs) | relative error against eager |")
-    print("|---|---|---|---|---|")
+    print("| hidden | tokens | compiled as | norm + quantization (µs, kernels) | norm alone (µs, kernels) | "
+          "relative error against eager |")
+    print("|---|---|---|---|---|---|")
     for hidden in a.hidden:
         for tokens in a.tokens:
-            r = probe(hidden, tokens, dev)
-            rows.append(r)
-            print(f"| {hidden} | {tokens} | {r['fused_us']:.2f} ({len(r['fused_kernels'])}) | {r['norm_us']:.2f} + "
-                  f"{r['quant_us']:.2f} | {max(r['fused_relerr'] + r['two_relerr']):.4f} |", flush=True)
-            (a.out / "norm_quant_probe.json").write_text(json.dumps(
-                {"torch": torch.__version__, "triton": __import__("triton").__version__,
-                 "device": torch.cuda.get_device_name(), "rows": rows}, indent=1))
+            for variant in a.variants:
+                try:
+                    r = probe(hidden, tokens, dev, variant)
+                except Exception as e:  # noqa: BLE001  (a variant this torch cannot compile: recorded, the rest go on)
+                    r = {"hidden": hidden, "tokens": tokens, "variant": variant, "error": repr(e)[:300]}
+                    print(f"| {hidden} | {tokens} | {variant} | failed: {r['error'][:80]} | | |", flush=True)
+                else:
+                    print(f"| {hidden} | {tokens} | {variant} | {r['fused_us']:.2f} ({len(r['fused_kernels'])}) | "
+                          f"{r['norm_us']:.2f} ({len(r['norm_kernels'])}) | "
+                          f"{max(r['fused_relerr'] + r['norm_relerr']):.4f} |", flush=True)
+                rows.append(r)
+                (a.out / "norm_quant_probe.json").write_text(json.dumps(
+                    {"torch": torch.__version__, "triton": __import__("triton").__version__,
+                     "device": torch.cuda.get_device_name(), "rows": rows}, indent=1))
     return 0
 
 

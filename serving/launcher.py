@@ -265,7 +265,8 @@ def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
     user_config, added = user_compilation_config(res.entries), None
     for add, value in ((cuda_graphs.compilation_config, s.cuda_graph_max_tokens),
                        (compile_passes.qk_norm_rope_config, s.qk_norm_rope_fusion),
-                       (compile_passes.norm_quant_config, s.norm_quant)):
+                       (compile_passes.norm_quant_config, s.norm_quant),
+                       (compile_passes.compile_sizes_config, s.compile_decode_tokens)):
         config, note = add(value, added or user_config, res.entries, is_cpu_build(), eager)
         added = config or added
         if note:

@@ -273,6 +273,13 @@ SETTINGS: tuple[Setting, ...] = (
             "compiles nothing.",
             choices=("vllm", "separate", "compiled"), default="compiled",
             instead="vllm, separate or compiled"),
+    Setting("compile_decode_tokens", "Decode batch sizes up to this many tokens (vLLM's CUDA-graph sizes 1, 2, 4, 8, "
+            "...) get graphs of their own from torch.compile (compilation_config compile_sizes), whose generated "
+            "kernels (the RMSNorms, their FP8 quantization, the Q/K norm + RoPE) are specialized to the size, "
+            "instead of one graph for every size tuned at a large one; each size adds compile time at start. 0: one "
+            "graph for every size, as vLLM does. 0 until the engine bench measures it. Not applied on the CPU "
+            "build, with enforce_eager, where Inductor compiles nothing, or where compilation_config sets "
+            "compile_sizes.", parse=parse_non_negative_int, default=0, example="8"),
     Setting("flashinfer_sampler", "FlashInfer's top-k/top-p sampler. Off by default: it is compiled with nvcc at the "
             "first start on every fresh host (minutes against the health-check timeout, and a failure where there is no "
             "nvcc); off, vLLM's own PyTorch sampler runs.", parse=parse_bool, default=False,
@@ -482,6 +489,7 @@ class Settings:
     moe_decode_gemv_silu: bool | None = None
     qk_norm_rope_fusion: bool = False
     norm_quant: str = "compiled"
+    compile_decode_tokens: int = 0
     flashinfer_sampler: bool = False
     port: int = 8080
     host: str = "0.0.0.0"

@@ -161,3 +161,41 @@ def test_norm_quant_is_not_applied_on_the_cpu_build_and_a_bad_value_is_named(va,
     from serving import resolve
     with pytest.raises(resolve.ConfigError, match="norm_quant from env OPTION_NORM_QUANT"):
         plan(va, tmp_path, {"OPTION_NORM_QUANT": "fastest"})
+
+
+def test_compile_decode_tokens_off_by_default_and_on_gives_vllms_graph_sizes_up_to_it(va, tmp_path, gpu_build):
+    p = plan(va, tmp_path, {})
+    assert p.settings.compile_decode_tokens == 0 and "compile_sizes" not in compile_config(p)
+    assert not any("compile_decode_tokens" in n for n in p.notes)
+    p = plan(va, tmp_path, {"OPTION_COMPILE_DECODE_TOKENS": "8"})
+    config = compile_config(p)
+    assert config["compile_sizes"] == [1, 2, 4, 8] and config["pass_config"] == {"fuse_norm_quant": False}
+    assert any("decode steps of 1, 2, 4, 8 tokens (compile_decode_tokens=8): compilation compile_sizes [1, 2, 4, 8]"
+               in n for n in p.notes), p.notes
+    from vllm.config.compilation import CompilationConfig
+    assert CompilationConfig(**config).compile_sizes == [1, 2, 4, 8]
+    assert compile_config(plan(va, tmp_path, {"OPTION_COMPILE_DECODE_TOKENS": "12"}))["compile_sizes"] == [1, 2, 4, 8]
+
+
+@pytest.mark.parametrize("env,why", [
+    ({"OPTION_COMPILATION_CONFIG": '{"compile_sizes": [1]}'},
+     "compilation_config (env OPTION_COMPILATION_CONFIG) sets compile_sizes"),
+    ({"OPTION_COMPILATION_CONFIG": '{"mode": 0}'},
+     "compilation_config (env OPTION_COMPILATION_CONFIG) sets mode 0: nothing is compiled"),
+    ({"OPTION_ENFORCE_EAGER": "true"}, "enforce_eager compiles nothing"),
+])
+def test_compile_decode_tokens_yields_with_a_note(va, tmp_path, gpu_build, env, why):
+    p = plan(va, tmp_path, {"OPTION_COMPILE_DECODE_TOKENS": "8", "OPTION_NORM_QUANT": "vllm",
+                            "OPTION_CUDA_GRAPH_MAX_TOKENS": "0", **env})
+    user = env.get("OPTION_COMPILATION_CONFIG")
+    assert compile_config(p) == (json.loads(user) if user else None)
+    assert any(n == "compile_decode_tokens=8 ignored: " + why for n in p.notes), p.notes
+
+
+def test_compile_decode_tokens_is_not_applied_on_the_cpu_build_and_a_bad_value_is_named(va, tmp_path):
+    p = plan(va, tmp_path, {"OPTION_COMPILE_DECODE_TOKENS": "8"})
+    assert compile_config(p) is None
+    assert any("compile_decode_tokens=8 ignored: the CPU build" in n for n in p.notes)
+    from serving import resolve
+    with pytest.raises(resolve.ConfigError, match="compile_decode_tokens from env OPTION_COMPILE_DECODE_TOKENS"):
+        plan(va, tmp_path, {"OPTION_COMPILE_DECODE_TOKENS": "-1"})

@@ -70,6 +70,8 @@ def parse_layers(tokens: list[str], models: list[str]) -> dict[str, int]:
 # quantization as vLLM's fused CUDA kernel, or the norm generated and the quantization as vLLM's op, where the image
 # has torch.compile generate both: option.norm_quant vllm or separate, serving/compile_passes.py; run 23 ran the
 # image's choice as "image-compiled-norm-quant" beside the image with vllm), and
+# "image-compile-decode-sizes" (torch.compile graphs of their own for decode steps of 1, 2, 4 and 8 tokens:
+# option.compile_decode_tokens 8, serving/compile_passes.py),
 # "image-no-nvcc" (the image as its container runs it: no nvcc on PATH or under CUDA_HOME, so the launcher turns
 # DeepGEMM off and vLLM leaves its E8M0 scales off, which changes the block-FP8 activation quantization and lets the
 # Triton MoE path take vLLM's one-kernel SiLU-and-mul + group quantization; the image arm runs where the host's nvcc
@@ -92,6 +94,7 @@ IMAGE_ARM_SETTINGS: dict[str, dict[str, object]] = {
     "image-qk-norm-rope": {"qk_norm_rope_fusion": True},
     "image-vllm-norm-quant": {"norm_quant": "vllm"},
     "image-separate-norm-quant": {"norm_quant": "separate"},
+    "image-compile-decode-sizes": {"compile_decode_tokens": 8},
     "image-no-nvcc": {},  # its environment hides nvcc (servers.server_command)
     "image-candidates": {},  # its configs_dir is made per run (servers.candidate_configs_dir)
 }
@@ -103,19 +106,20 @@ PEER_ARMS = ("sglang", "vllm-latest")
 CANDIDATES_ARM = "image-candidates"
 QK_NORM_ROPE_ARM = "image-qk-norm-rope"
 NORM_QUANT_ARMS = ("image-vllm-norm-quant", "image-separate-norm-quant")
+COMPILE_SIZES_ARM = "image-compile-decode-sizes"
 NO_NVCC_ARM = "image-no-nvcc"
 MEASURED_ARMS = ("stock", "image", "image-stock-order", "image-vllm-quant", "image-vllm-topk", "image-eager-prefill",
-                 "image-bf16-router", "image-cutlass-dense", "image-gemv-silu", QK_NORM_ROPE_ARM, *NORM_QUANT_ARMS, NO_NVCC_ARM,
-                 CANDIDATES_ARM, *PEER_ARMS)
+                 "image-bf16-router", "image-cutlass-dense", "image-gemv-silu", QK_NORM_ROPE_ARM, *NORM_QUANT_ARMS,
+                 COMPILE_SIZES_ARM, NO_NVCC_ARM, CANDIDATES_ARM, *PEER_ARMS)
 # Block FP8: the linear layers on vLLM's prebuilt CUTLASS block-scaled kernel in both arms, so that only the MoE
 # path differs. vLLM's default there is FlashInfer's DeepGEMM kernel, which the image builds with nvcc at start and
 # stock follows with DeepGEMM's JIT warm-up of 512 shapes (42-48 minutes on an H200 by its own estimate), beyond
 # one session's device time.
 BLOCK_FP8_ENGINE_ARGS = (("linear-backend", "cutlass"),)
-# Every GPU model (each has Qwen3 attention) has the Q/K norm + RoPE arm, the norm + quantization arms, the image
-# without nvcc, the candidates arm and the peers; a run starts the candidates arm and the peers only when --arms
+# Every GPU model (each has Qwen3 attention) has the Q/K norm + RoPE arm, the norm + quantization arms, the decode
+# compile sizes, the image without nvcc, the candidates arm and the peers; a run starts the candidates arm and the peers only when --arms
 # names them.
-PASS_ARMS = (QK_NORM_ROPE_ARM, *NORM_QUANT_ARMS, NO_NVCC_ARM)
+PASS_ARMS = (QK_NORM_ROPE_ARM, *NORM_QUANT_ARMS, COMPILE_SIZES_ARM, NO_NVCC_ARM)
 MODELS = tuple(replace(m, arms=(*m.arms, *PASS_ARMS, CANDIDATES_ARM, *PEER_ARMS)) for m in (
     Model("qwen3-235b-tp8-tensor", "qwen3-235b-a22b-tp8", "tensor",
           ("stock", "image", "image-vllm-quant", "image-vllm-topk", "image-eager-prefill", "stock-debug")),
