@@ -19,7 +19,6 @@ serving/settings.py, written only where the setting departs from vLLM's own choi
   torch.compile generates it, then vLLM's group-quantization op); `vllm` leaves vLLM's choice. A checkpoint without
   block-FP8 weights runs no fused norm + quantization in vLLM 0.32 under Inductor (the pass and the op are off
   there), so `compiled` changes nothing for it.
-
 - `option.compile_decode_tokens` (0): vLLM compiles one graph for every batch size (the batch dimension symbolic),
   whose generated kernels Inductor tunes at a large size hint; the decode steps then run kernels shaped for
   thousands of rows. `compile_sizes` gives the decode sizes up to this many tokens graphs of their own (vLLM's
@@ -35,6 +34,8 @@ run as eager PyTorch.
 from __future__ import annotations
 
 from typing import Mapping
+
+from serving.cuda_graphs import vllm_default_sizes
 
 # vLLM's PassConfig fields
 QK_NORM_ROPE_PASS = "enable_qk_norm_rope_fusion"
@@ -123,7 +124,6 @@ def compile_sizes_config(max_tokens: int, config: dict | None, entries: Mapping,
                          eager: bool) -> tuple[dict | None, str | None]:
     """option.compile_decode_tokens as the functions above do for theirs: `config` with compile_sizes, vLLM's
     CUDA-graph sizes up to max_tokens, or None to leave it as it is; 0 leaves it."""
-    from serving.cuda_graphs import vllm_default_sizes
     if not max_tokens or config is None:
         return None, None
     said = f"compile_decode_tokens={max_tokens}"

@@ -117,8 +117,8 @@ MEASURED_ARMS = ("stock", "image", "image-stock-order", "image-vllm-quant", "ima
 # one session's device time.
 BLOCK_FP8_ENGINE_ARGS = (("linear-backend", "cutlass"),)
 # Every GPU model (each has Qwen3 attention) has the Q/K norm + RoPE arm, the norm + quantization arms, the decode
-# compile sizes, the image without nvcc, the candidates arm and the peers; a run starts the candidates arm and the peers only when --arms
-# names them.
+# compile sizes, the image without nvcc, the candidates arm and the peers; a run starts the candidates arm and the
+# peers only when --arms names them.
 PASS_ARMS = (QK_NORM_ROPE_ARM, *NORM_QUANT_ARMS, COMPILE_SIZES_ARM, NO_NVCC_ARM)
 MODELS = tuple(replace(m, arms=(*m.arms, *PASS_ARMS, CANDIDATES_ARM, *PEER_ARMS)) for m in (
     Model("qwen3-235b-tp8-tensor", "qwen3-235b-a22b-tp8", "tensor",
