@@ -58,17 +58,26 @@ def test_merged_into_the_users_config_without_graph_sizes(va, tmp_path, gpu_buil
                                  "custom_ops": ["-quant_fp8"]}
 
 
-@pytest.mark.parametrize("env,why", [
-    ({"OPTION_COMPILATION_CONFIG": '{"pass_config": {"enable_qk_norm_rope_fusion": false}}'},
+QK_ON = {"OPTION_QK_NORM_ROPE_FUSION": "true"}
+SIZES_ON = {"OPTION_COMPILE_DECODE_TOKENS": "8"}
+
+
+@pytest.mark.parametrize("switch,said,env,why", [
+    (QK_ON, "qk_norm_rope_fusion=true",
+     {"OPTION_COMPILATION_CONFIG": '{"pass_config": {"enable_qk_norm_rope_fusion": false}}'},
      "compilation_config (env OPTION_COMPILATION_CONFIG) sets pass_config.enable_qk_norm_rope_fusion"),
-    ({"OPTION_ENFORCE_EAGER": "true"}, "enforce_eager compiles nothing"),
+    (QK_ON, "qk_norm_rope_fusion=true", {"OPTION_ENFORCE_EAGER": "true"}, "enforce_eager compiles nothing"),
+    (SIZES_ON, "compile_decode_tokens=8", {"OPTION_COMPILATION_CONFIG": '{"compile_sizes": [1]}'},
+     "compilation_config (env OPTION_COMPILATION_CONFIG) sets compile_sizes"),
+    (SIZES_ON, "compile_decode_tokens=8", {"OPTION_COMPILATION_CONFIG": '{"mode": 0}'},
+     "compilation_config (env OPTION_COMPILATION_CONFIG) sets mode 0: nothing is compiled"),
+    (SIZES_ON, "compile_decode_tokens=8", {"OPTION_ENFORCE_EAGER": "true"}, "enforce_eager compiles nothing"),
 ])
-def test_the_users_own_choice_wins_with_a_note(va, tmp_path, gpu_build, env, why):
-    p = plan(va, tmp_path, {"OPTION_QK_NORM_ROPE_FUSION": "true", "OPTION_CUDA_GRAPH_MAX_TOKENS": "0",
-                            "OPTION_NORM_QUANT": "vllm", **env})
+def test_the_users_own_choice_wins_with_a_note(va, tmp_path, gpu_build, switch, said, env, why):
+    p = plan(va, tmp_path, {**switch, "OPTION_CUDA_GRAPH_MAX_TOKENS": "0", "OPTION_NORM_QUANT": "vllm", **env})
     user = env.get("OPTION_COMPILATION_CONFIG")
     assert compile_config(p) == (json.loads(user) if user else None)
-    assert any(n.startswith("qk_norm_rope_fusion=true ignored") and why in n for n in p.notes), p.notes
+    assert any(n == f"{said} ignored: {why}" for n in p.notes), p.notes
 
 
 def test_a_config_vllm_cannot_read_is_refused_by_its_parser_naming_the_setting(va, tmp_path, gpu_build):
@@ -175,21 +184,6 @@ def test_compile_decode_tokens_off_by_default_and_on_gives_vllms_graph_sizes_up_
     from vllm.config.compilation import CompilationConfig
     assert CompilationConfig(**config).compile_sizes == [1, 2, 4, 8]
     assert compile_config(plan(va, tmp_path, {"OPTION_COMPILE_DECODE_TOKENS": "12"}))["compile_sizes"] == [1, 2, 4, 8]
-
-
-@pytest.mark.parametrize("env,why", [
-    ({"OPTION_COMPILATION_CONFIG": '{"compile_sizes": [1]}'},
-     "compilation_config (env OPTION_COMPILATION_CONFIG) sets compile_sizes"),
-    ({"OPTION_COMPILATION_CONFIG": '{"mode": 0}'},
-     "compilation_config (env OPTION_COMPILATION_CONFIG) sets mode 0: nothing is compiled"),
-    ({"OPTION_ENFORCE_EAGER": "true"}, "enforce_eager compiles nothing"),
-])
-def test_compile_decode_tokens_yields_with_a_note(va, tmp_path, gpu_build, env, why):
-    p = plan(va, tmp_path, {"OPTION_COMPILE_DECODE_TOKENS": "8", "OPTION_NORM_QUANT": "vllm",
-                            "OPTION_CUDA_GRAPH_MAX_TOKENS": "0", **env})
-    user = env.get("OPTION_COMPILATION_CONFIG")
-    assert compile_config(p) == (json.loads(user) if user else None)
-    assert any(n == "compile_decode_tokens=8 ignored: " + why for n in p.notes), p.notes
 
 
 def test_compile_decode_tokens_is_not_applied_on_the_cpu_build_and_a_bad_value_is_named(va, tmp_path):
