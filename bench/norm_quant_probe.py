@@ -109,6 +109,7 @@ def inputs(hidden: int, tokens: int, dev) -> tuple[torch.Tensor, torch.Tensor, t
 
 def probe(hidden: int, tokens: int, dev, variant: str = "this size", timed: bool = True) -> dict:
     every_size, options = VARIANTS[variant]
+    torch._dynamo.reset()  # no graph of another variant is found in Dynamo's cache for these functions
     args = inputs(hidden, tokens, dev)
     example = inputs(hidden, EVERY_SIZE_EXAMPLE, dev)
     fused = compiled(norm_then_quant, every_size, options, example)
