@@ -111,9 +111,9 @@ def probe(hidden: int, tokens: int, dev, variant: str = "this size", timed: bool
     every_size, options = VARIANTS[variant]
     torch._dynamo.reset()  # no graph of another variant is found in Dynamo's cache for these functions
     args = inputs(hidden, tokens, dev)
-    example = inputs(hidden, EVERY_SIZE_EXAMPLE, dev)
+    example = inputs(hidden, EVERY_SIZE_EXAMPLE, dev) if every_size else ()
     fused = compiled(norm_then_quant, every_size, options, example)
-    norm_c = compiled(rms_norm, every_size, options, inputs(hidden, EVERY_SIZE_EXAMPLE, dev))
+    norm_c = compiled(rms_norm, every_size, options, example)
     want, want_norm = norm_then_quant(*args), rms_norm(*args)
     got, got_norm = fused(*args), norm_c(*args)
     row = {"hidden": hidden, "tokens": tokens, "variant": variant,

@@ -27,9 +27,9 @@ serving/settings.py, written only where the setting departs from vLLM's own choi
   0 until the engine bench measures it (arm `image-compile-decode-sizes`).
 
 Not applied on the CPU build, with enforce_eager (nothing is compiled), or where the user's compilation_config already
-makes the choice; each case leaves a note in the start log. `compiled` is also not applied where Inductor compiles
-nothing (compilation mode 0, a backend other than inductor, optimization level 0): vLLM's native quantization would then
-run as eager PyTorch.
+makes the choice; each case leaves a note in the start log. `compiled` and `compile_decode_tokens` are also not
+applied where Inductor compiles nothing (compilation mode 0, a backend other than inductor, optimization level 0):
+vLLM's native quantization would then run as eager PyTorch, and there are no graphs to specialize.
 """
 from __future__ import annotations
 
@@ -43,13 +43,21 @@ NORM_QUANT_PASS = "fuse_norm_quant"
 QUANT_OP = "quant_fp8"  # vLLM's CustomOp name of its FP8 activation quantization
 
 
+def _not_compiled(said: str, cpu_build: bool, eager: bool, cpu: str) -> str | None:
+    """The note saying why a setting is left alone on the CPU build (`cpu`: why there) or with enforce_eager, else
+    None."""
+    if cpu_build:
+        return f"{said} ignored: {cpu}"
+    if eager:
+        return f"{said} ignored: enforce_eager compiles nothing"
+    return None
+
+
 def _passes(said: str, config: dict, entries: Mapping, cpu_build: bool, eager: bool, cpu: str,
             field: str) -> tuple[dict | None, str | None]:
     """The pass_config to add `field` to, or None and the note saying why it is left alone."""
-    if cpu_build:
-        return None, f"{said} ignored: {cpu}"
-    if eager:
-        return None, f"{said} ignored: enforce_eager compiles nothing"
+    if note := _not_compiled(said, cpu_build, eager, cpu):
+        return None, note
     passes = config.get("pass_config", {})
     if not isinstance(passes, dict):
         return None, f"{said} ignored: {_source(entries)} has a pass_config that is no JSON object to add {field} to"
@@ -103,9 +111,9 @@ def norm_quant_config(choice: str, config: dict | None, entries: Mapping, cpu_bu
                            NORM_QUANT_PASS)
     if passes is None:
         return None, note
-    out = {**config, "pass_config": {**passes, NORM_QUANT_PASS: False}}
     if choice == "compiled" and (why := _not_inductor(config, entries)):
         return None, f"{said} ignored: {why}"
+    out = {**config, "pass_config": {**passes, NORM_QUANT_PASS: False}}
     if choice == "separate":
         return out, (f"RMSNorm and its FP8 quantization as separate kernels (norm_quant=separate): compilation "
                      f"pass_config.{NORM_QUANT_PASS} false")
@@ -127,10 +135,8 @@ def compile_sizes_config(max_tokens: int, config: dict | None, entries: Mapping,
     if not max_tokens or config is None:
         return None, None
     said = f"compile_decode_tokens={max_tokens}"
-    if cpu_build:
-        return None, f"{said} ignored: the CPU build runs no CUDA graphs of decode sizes"
-    if eager:
-        return None, f"{said} ignored: enforce_eager compiles nothing"
+    if note := _not_compiled(said, cpu_build, eager, "the CPU build runs no CUDA graphs of decode sizes"):
+        return None, note
     if why := _not_inductor(config, entries):
         return None, f"{said} ignored: {why}"
     if COMPILE_SIZES in config:
