@@ -406,6 +406,14 @@ def test_the_no_nvcc_arm_is_the_image_as_its_container_runs_it(tmp_path, monkeyp
     assert plans[models.NO_NVCC_ARM].env.get("VLLM_USE_DEEP_GEMM") == "0"
     assert "VLLM_USE_DEEP_GEMM" not in plans["image"].env
     assert plans["image"].argv == plans[models.NO_NVCC_ARM].argv
+    # --image-no-nvcc: every image arm so, stock as before
+    cfg = replace(cfg, image_no_nvcc=True)
+    envs = {arm: servers.server_command(cfg, m, arm, tmp_path / "model", 8002)[1]
+            for arm in ("image", models.COMPILE_SIZES_ARM, "stock")}
+    for arm in ("image", models.COMPILE_SIZES_ARM):
+        assert str(cuda / "bin") not in envs[arm]["PATH"].split(os.pathsep), arm
+        assert not Path(envs[arm]["CUDA_HOME"]).exists(), arm
+    assert str(cuda / "bin") in envs["stock"]["PATH"].split(os.pathsep) and envs["stock"]["CUDA_HOME"] == str(cuda)
 
 
 def test_the_candidates_arm_serves_configs_with_the_candidate_files_laid_over_them(tmp_path, monkeypatch):

@@ -47,6 +47,7 @@ class Config:
     clients: tuple[int, ...] | None = None  # None: every concurrency
     cross_check: int = 0  # repetitions of the cross-check with vLLM's own client (crosscheck); 0: none
     candidate_configs: Path | None = None  # config files laid over configs/ for the image-candidates arm
+    image_no_nvcc: bool = False  # every image arm without nvcc, as the container runs (servers._without_nvcc)
     models_only: bool = False  # make the chosen models' folders in models_dir and stop: no server starts
 
     @classmethod

@@ -208,7 +208,7 @@ def server_command(cfg: Config, model: Model, arm: str, model_dir: Path, port: i
         env.update(to_environment({"model_id": str(model_dir), "host": "127.0.0.1", "port": port, **settings,
                                    **{k.replace("-", "_"): v for k, v in args.items()}}))
         env.update({"SERVING_PYTHON": cfg.image_python, "SERVING_MODEL_DIR": str(cfg.work / "no-model-dir")})
-        if arm == NO_NVCC_ARM:
+        if arm == NO_NVCC_ARM or cfg.image_no_nvcc:
             env = _without_nvcc(env)
         cmd = [str(ROOT / "entrypoint.sh"), "serve"]
     elif arm == "vllm-latest":
