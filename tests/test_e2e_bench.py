@@ -137,6 +137,22 @@ def test_cross_check_measures_each_arm_with_vllms_own_client(run):
     assert "cross-check with 4 measurements" in stdout  # 2 arms x 2 concurrencies, one repetition
 
 
+def test_a_run_without_stock_sets_each_arm_against_the_image():
+    """One switch measured against the image, no stock arm: e2e.md pairs each other arm with the image by
+    repetition, and has no empty stock table."""
+    def rep(tok_s):
+        return {"throughput": {"1": {"tok_s": tok_s}}, "latency": {}}
+    res = {"args": {"out_tokens": "16"}, "servers": {}, "models": {"m": {
+        "reps": {"image": [rep(250), rep(200)], "image-no-nvcc": [rep(255), rep(210)]}}}}
+    md = report.summarize(res)
+    assert "| m | image-no-nvcc/image | tok_s | 1 | 225.0 | 232.5 | 1.035 | 1.020-1.050 |" in md
+    assert "arm/stock" not in md
+    res["models"]["m"]["reps"]["stock"] = [rep(200), rep(200)]  # with stock: every arm against stock only
+    md = report.summarize(res)
+    assert "| m | image-no-nvcc | tok_s | 1 | 200.0 | 232.5 | 1.163 | 1.050-1.275 |" in md
+    assert "image-no-nvcc/image" not in md
+
+
 def test_cross_check_table_sets_the_clients_ratios_beside_the_benchs():
     """Paired ratios of the cross-check's repetitions beside the bench's own; 'ranges overlap' says whether they
     agree within their spread; a failed cross-check is named, not dropped."""

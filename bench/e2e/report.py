@@ -134,6 +134,22 @@ def peer_table(results: dict) -> list[str]:
             "|---|---|---|---|---|---|---|---|"] + rows
 
 
+def without_stock_table(results: dict) -> list[str]:
+    """A model measured without stock (one switch against the image): every other image arm against the image arm,
+    paired by repetition as against stock."""
+    rows = []
+    for mname, m in results["models"].items():
+        reps = m.get("reps", {})
+        if reps.get("stock") or not reps.get("image"):
+            continue
+        for arm in [a for a in image_arms(reps) if a != "image" and reps.get(a)]:
+            rows += ratio_rows(results, mname, arm, "image", f"{arm}/image")
+    if not rows:
+        return []
+    return ["", "| model | versus | metric | clients | image | arm | arm/image median | paired ratio range |",
+            "|---|---|---|---|---|---|---|---|"] + rows
+
+
 def _median_range(ratios: list[float]) -> str:
     return f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})" if ratios else "-"
 
@@ -183,14 +199,15 @@ def image_arms(recorded: dict) -> list[str]:
 
 def summarize(results: dict) -> str:
     """e2e.md from e2e.json's results."""
-    out = ["| model | arm | metric | clients | stock | arm | arm/stock median | paired ratio range |",
-           "|---|---|---|---|---|---|---|---|"]
+    rows = []
     for mname, m in results["models"].items():
         reps = m.get("reps", {})
-        for arm in [a for a in image_arms(reps) if reps.get(a)]:
-            if not reps.get("stock"):
-                break
-            out += ratio_rows(results, mname, arm, "stock", arm)
+        if reps.get("stock"):
+            for arm in [a for a in image_arms(reps) if reps.get(a)]:
+                rows += ratio_rows(results, mname, arm, "stock", arm)
+    out = ["| model | arm | metric | clients | stock | arm | arm/stock median | paired ratio range |",
+           "|---|---|---|---|---|---|---|---|", *rows] if rows else []
+    out += without_stock_table(results)
     out += peer_table(results)
     out += cross_check_table(results)
     out += profile_table(results)
@@ -204,4 +221,4 @@ def summarize(results: dict) -> str:
         out.append(f"| {name} | {s.get('ready_s') or s.get('failed')} | {s.get('first_ttft_ms', '-')} | "
                    f"{'not counted' if jit is None else jit} | {s.get('flashinfer_jit_builds', '-')} | "
                    f"{prefix_cache_cell(s)} |")
-    return "\n".join(out) + "\n"
+    return "\n".join(out).lstrip("\n") + "\n"
