@@ -124,6 +124,23 @@ def test_the_coder_ep8_small_m_and_norm_quant_figures_are_the_recorded_run_23():
             assert len(ratios) == 3 and f"**{statistics.median(ratios):.3f}x**" in headline, (name, clients)
 
 
+def test_the_coder_ep8_no_nvcc_and_compile_sizes_figures_are_the_recorded_run_24():
+    """The headline's container figure (image-no-nvcc over the image, one client) and the one-client inter-token
+    latencies behind compile_decode_tokens staying off are run 24's."""
+    data = ROOT / "bench" / "data" / "h200_block_24"
+    model = "qwen3-coder-480b-ep8-block@36L"
+    headline = PAGE.split("## Goals")[0]
+    res = json.loads((data / "e2e-no-nvcc.json").read_text())
+    ratios = paired_ratios([res], model, "throughput", "tok_s", "1", arm="image-no-nvcc", base="image")
+    assert len(ratios) == 3 and f"**{statistics.median(ratios):.3f}x**" in headline
+    compiled = json.loads((data / "e2e-compile-sizes.json").read_text())
+    itl = {arm: statistics.median(r["latency"]["1"]["itl_p50_ms"] for r in recorded["reps"][arm])
+           for recorded, arm in ((res["models"][model], "image-no-nvcc"),
+                                 (compiled["models"][model], "image-compile-decode-sizes"))}
+    words = " ".join(PAGE.split())  # the paragraph's wrapping aside
+    assert f"ITL {itl['image-compile-decode-sizes']:.2f} against {itl['image-no-nvcc']:.2f} ms" in words
+
+
 def test_index_names_every_run_of_the_archive_and_its_data():
     index = PAGE.split("## Index of runs")[1]
     runs = re.findall(r"^### Run (\d+)\b", ARCHIVE, re.M)
