@@ -14,7 +14,7 @@ scales applied per 128-column group, each token's row of the output kept in regi
 Runs on the GPU host's own torch and Triton (no wheelhouse, no vLLM). Side by side, in CUDA graphs over rotating
 weight sets larger than L2 (bench/moe/timing.time_graph): torch's blockwise-scaled `_scaled_mm` (CUTLASS, where this
 torch has it), patch 0010's split-K Triton kernel cut from the given patched fp8_utils.py (its best config of a
-small grid), and this kernel's best config of bench/dense_gemv_probe.SPACE. Every candidate is checked against a
+small grid), and this kernel's best config of a space of them (--space). Every candidate is checked against a
 float32 reference first. Writes DIR/dense_gemv_probe.json and prints a table with the memory floor at the measured
 copy rate.
 """
@@ -49,9 +49,12 @@ SHAPES = {
     "deepseek-v3-qkv": (2304, 7168),
 }
 # This kernel's configs: BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages
-# (24 configs: each is a Triton compile, about a second, and a probe has a few minutes of a lease)
-SPACE = [dict(BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=sk, num_warps=w, num_stages=2)
-         for bn, bk, sk, w in itertools.product((8, 16, 32), (256, 512), (1, 2), (4, 8))]
+SPACES = {
+    "narrow": [dict(BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=sk, num_warps=w, num_stages=2)
+               for bn, bk, sk, w in itertools.product((8, 16, 32), (256, 512), (1, 2), (4, 8))],
+    "wide": [dict(BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=sk, num_warps=w, num_stages=st)
+             for bn, bk, sk, w, st in itertools.product((4, 8, 16), (1024, 2048), (1, 2), (4, 8), (1, 3))],
+}
 
 
 @triton.jit
@@ -101,7 +104,7 @@ def check_config(config: dict, N: int, K: int) -> bool:
 
 def block_fp8_gemv(a, a_s, b, b_s, config: dict, out_dtype=torch.bfloat16) -> torch.Tensor:
     """A [M, K] FP8 with per-token-group scales As [M, K / 128] times B [N, K] FP8 with block scales Bs [N / 128,
-    K / 128] (all row-major), with one config of SPACE."""
+    K / 128] (all row-major), with one config of SPACES."""
     M, K = a.shape
     N = b.shape[0]
     split_k = config["SPLIT_K"]
@@ -188,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--shapes", nargs="+", choices=list(SHAPES), default=["coder-qkv", "coder-o-proj"])
     p.add_argument("--ms", type=int, nargs="+", default=[1, 2, 4])
+    p.add_argument("--space", choices=list(SPACES), default="narrow",
+                   help="this kernel's configs: narrow (24) or wide (48, longer K steps)")
     p.add_argument("--fp8-utils-py", help="a patched fp8_utils.py: patch 0010's split-K kernel as a third arm")
     args = p.parse_args(argv)
     from bench.moe.timing import measure_copy_bandwidth, time_graph
@@ -204,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         for M in args.ms:
             a, a_s, weights = make_problem(N, K, M, dev, gen, sets)
             ref = reference(a, a_s, *weights[0])
-            row = {"shape": name, "N": N, "K": K, "M": M, "floor_us": 1e6 * N * K / (copy_bw / 2)}
+            row = {"shape": name, "N": N, "K": K, "M": M, "floor_us": 1e6 * N * K / copy_bw}
             mm = scaled_mm_fn(a, a_s, *weights[0])
             if mm is not None:
                 row["scaled_mm_us"] = time_graph([lambda b=b, bs=bs: torch._scaled_mm(
@@ -213,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
             if small_m is not None:
                 row["small_m"] = best(SMALL_M_SPACE, lambda c, b, bs: small_m.lmi_block_fp8_small_m_mm(
                     a, b, a_s, bs, [GROUP, GROUP], c, torch.bfloat16), ref, weights, time_graph)
-            row["gemv"] = best([c for c in SPACE if check_config(c, N, K)],
+            row["gemv"] = best([c for c in SPACES[args.space] if check_config(c, N, K)],
                                lambda c, b, bs: block_fp8_gemv(a, a_s, b, bs, c), ref, weights, time_graph)
             rows.append(row)
             print(json.dumps(row), flush=True)
