@@ -54,6 +54,8 @@ SPACES = {
                for bn, bk, sk, w in itertools.product((8, 16, 32), (256, 512), (1, 2), (4, 8))],
     "wide": [dict(BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=sk, num_warps=w, num_stages=st)
              for bn, bk, sk, w, st in itertools.product((4, 8, 16), (1024, 2048), (1, 2), (4, 8), (1, 3))],
+    "long-k": [dict(BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=1, num_warps=w, num_stages=st)
+               for bn, bk, w, st in itertools.product((2, 4, 8), (2048, 4096), (4, 8), (1, 2, 3))],
 }
 
 
@@ -192,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shapes", nargs="+", choices=list(SHAPES), default=["coder-qkv", "coder-o-proj"])
     p.add_argument("--ms", type=int, nargs="+", default=[1, 2, 4])
     p.add_argument("--space", choices=list(SPACES), default="narrow",
-                   help="this kernel's configs: narrow (24) or wide (48, longer K steps)")
+                   help="this kernel's configs: narrow (24), wide (48, longer K steps) or long-k (36, K steps of 2,048-4,096)")
     p.add_argument("--fp8-utils-py", help="a patched fp8_utils.py: patch 0010's split-K kernel as a third arm")
     args = p.parse_args(argv)
     from bench.moe.timing import measure_copy_bandwidth, time_graph
