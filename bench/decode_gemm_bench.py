@@ -16,8 +16,9 @@ This bench times, per shape and token count, the kernels vLLM already ships for 
   (`--linear-backend triton`: its config file for the shape if it has one, else its default config), and that
   kernel with the best config of a grid (what a tuned config file would give; picked on one timing per config,
   then timed with the others), patch 0010's split-K variant of it (`lmi_block_fp8_small_m_mm`) with the best of
-  its grid, and the image's own call (`vllm::lmi_cutlass_block_fp8_mm`: the split-K tier where a small-M file in
-  configs/ covers the shape and token count, else CUTLASS). For a layer whose input no fusion pass quantizes
+  its grid, up to 4 tokens patch 0010's matrix-vector kernel (`lmi_block_fp8_gemv`, a small-M file's GEMV entry)
+  with the best dict of its grid, and the image's own call (`vllm::lmi_cutlass_block_fp8_mm`: the tier where a
+  small-M file in configs/ covers the shape and token count, else CUTLASS). For a layer whose input no fusion pass quantizes
   (o_proj), the input's quantization and CUTLASS against the split-K variant quantizing its bf16 input itself
   (a small-M file's fused_input_quant). `python -m bench.small_m_configs --from OUT/decode_gemm.json` turns the
   cases where the split-K variant beat CUTLASS into small-M files.
@@ -60,6 +61,12 @@ QUICK_GRID = [c for c in TRITON_GRID if c["BLOCK_SIZE_M"] == 16 and c["num_stage
 SPLIT_GRID = [dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=n, BLOCK_SIZE_K=BLOCK, SPLIT_K=s, num_warps=4, num_stages=st)
               for n, s, st in itertools.product((16, 32, 64, 128), (1, 2, 4, 8), (3, 4))]
 QUICK_SPLIT_GRID = [c for c in SPLIT_GRID if c["num_stages"] == 3 and c["BLOCK_SIZE_N"] in (32, 64, 128)]
+# Patch 0010's GEMV entries (the matrix-vector kernel) for decode batches of up to GEMV_MAX_TOKENS: the dicts around
+# kernel probe 24b's best (4-8 rows a program, K steps of 512-4,096), those that tile the shape
+GEMV_GRID = [dict(BLOCK_SIZE_N=n, BLOCK_SIZE_K=k, num_warps=4, num_stages=st)
+             for n, k, st in itertools.product((4, 8, 16), (512, 2048, 4096), (2, 3))]
+QUICK_GEMV_GRID = [c for c in GEMV_GRID if c["num_stages"] == 3 and c["BLOCK_SIZE_N"] in (4, 8)]
+GEMV_MAX_TOKENS = 4
 FUSED = "split-K quantizing"  # the arm of patch 0010's fused_input_quant: the split-K kernel on the bf16 input
 
 
@@ -171,7 +178,12 @@ def best_of(grid: list[dict], make) -> dict | None:
     return grid[min(sweep, key=sweep.get)] if sweep else None
 
 
-def dense_cases(tokens, presets, grid, split_grid, out: dict, rows: list[str]) -> None:
+def gemv_tiles(config: dict, n: int, k: int) -> bool:
+    """Whether a GEMV dict tiles (n, k) as patch 0010 checks it (lmi_check_gemv_entry)."""
+    return BLOCK % config["BLOCK_SIZE_N"] == 0 and n % config["BLOCK_SIZE_N"] == 0 and k % config["BLOCK_SIZE_K"] == 0
+
+
+def dense_cases(tokens, presets, grid, split_grid, out: dict, rows: list[str], gemv_grid=()) -> None:
     from vllm.model_executor.kernels.linear.scaled_mm.cutlass import cutlass_scaled_mm
     from vllm.model_executor.layers.quantization.utils import fp8_utils
 
@@ -202,6 +214,9 @@ def dense_cases(tokens, presets, grid, split_grid, out: dict, rows: list[str]) -
                 return lambda: fp8_utils.lmi_block_fp8_small_m_mm(xq_t, w, xs_t, ws, [BLOCK, BLOCK], config,
                                                                   torch.bfloat16)
 
+            def gemv_with(config):
+                return lambda: fp8_utils.lmi_block_fp8_gemv(xq_t, w, xs_t, ws, [BLOCK, BLOCK], config, torch.bfloat16)
+
             def image():
                 return image_op(xq_c, w, xs_c, ws, [BLOCK, BLOCK], torch.bfloat16)
 
@@ -215,6 +230,8 @@ def dense_cases(tokens, presets, grid, split_grid, out: dict, rows: list[str]) -
 
             best = best_of(grid, triton_with)
             best_split = best_of(split_grid, split_k_with)
+            best_gemv = best_of([c for c in gemv_grid if gemv_tiles(c, n, k)], gemv_with) \
+                if m <= GEMV_MAX_TOKENS else None
             arms = {"cutlass": cutlass, "image": image, "triton": triton_with(None)}
             image_config = fp8_utils.lmi_small_m_config(m, n, k, [BLOCK, BLOCK])
             if best is not None:
@@ -223,25 +240,30 @@ def dense_cases(tokens, presets, grid, split_grid, out: dict, rows: list[str]) -
                 arms["triton split-K"] = split_k_with(best_split)
                 arms["quant + cutlass"] = quant_then_cutlass
                 arms[FUSED] = split_k_quantizing(best_split)
+            if best_gemv is not None:
+                arms["GEMV"] = gemv_with(best_gemv)
             failed, first_ms = {}, {}
             errors = working(arms, ref, failed, first_ms)
             us, ratio = timed(arms, "cutlass", pairs=((FUSED, "quant + cutlass"),))
             out[f"dense {name} M={m}"] = {"n": n, "k": k, "m": m, "errors": errors, "failed": failed, "us": us,
                                           "ratio": ratio, "first_call_ms": first_ms, "best_config": best,
-                                          "best_split_k_config": best_split, "image_config": image_config}
+                                          "best_split_k_config": best_split, "best_gemv_config": best_gemv,
+                                          "image_config": image_config}
             if not us:
-                rows.append(f"| {name} | {n} x {k} | {m} | failed: {failed} | | | | | | | | | |")
+                rows.append(f"| {name} | {n} x {k} | {m} | failed: {failed} | | | | | | | | | | | |")
                 continue
             tiles = (f"{best['BLOCK_SIZE_M']}x{best['BLOCK_SIZE_N']} w{best['num_warps']} s{best['num_stages']}"
                      if best else "-")
             split = f"N{best_split['BLOCK_SIZE_N']} K/{best_split['SPLIT_K']} s{best_split['num_stages']}" \
                 if best_split else "-"
-            tier = "split-K tier" if image_config else "CUTLASS"
+            tier = "CUTLASS" if not image_config else "GEMV tier" if "GEMV" in image_config else "split-K tier"
+            gemv = f"N{best_gemv['BLOCK_SIZE_N']} K{best_gemv['BLOCK_SIZE_K']} s{best_gemv['num_stages']}" \
+                if best_gemv else "-"
             rows.append(f"| {name} | {n} x {k} | {m} | {us['cutlass']:.2f} | {cell(us, ratio, 'image')} {tier} | "
                         f"{cell(us, ratio, 'triton')} | "
                         f"{cell(us, ratio, 'triton tuned')} | {tiles} | {cell(us, ratio, 'triton split-K')} | "
                         f"{split} | {cell(us, ratio, 'quant + cutlass')} | "
-                        f"{cell(us, ratio, FUSED)} | {max(errors.values()):.1e} |")
+                        f"{cell(us, ratio, FUSED)} | {cell(us, ratio, 'GEMV')} | {gemv} | {max(errors.values()):.1e} |")
 
 
 def main() -> int:
@@ -268,9 +290,11 @@ def main() -> int:
     dense_rows = ["| layer | N x K | tokens | CUTLASS us | the image's call us (/CUTLASS) | Triton as vLLM runs it us "
                   "(/CUTLASS) | Triton tuned us (/CUTLASS) | tuned config | Triton split-K us (/CUTLASS) | "
                   "split-K config | quantize + CUTLASS us (/CUTLASS) | split-K quantizing its bf16 input us "
-                  "(/CUTLASS) | max rel. error |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "(/CUTLASS) | GEMV us (/CUTLASS) | GEMV config | max rel. error |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     router_cases(router_tokens, a.presets, results["cases"], router_rows)
-    dense_cases(dense_tokens, a.presets, grid, QUICK_SPLIT_GRID if a.quick else SPLIT_GRID, results["cases"], dense_rows)
+    dense_cases(dense_tokens, a.presets, grid, QUICK_SPLIT_GRID if a.quick else SPLIT_GRID, results["cases"], dense_rows,
+                QUICK_GEMV_GRID if a.quick else GEMV_GRID)
     worst = max((e for c in results["cases"].values() for e in c["errors"].values()), default=float("inf"))
     results["max_relative_error"] = worst
     text = "\n".join(router_rows) + "\n\n" + "\n".join(dense_rows) + f"\n\nlargest relative error: {worst:.1e}\n"

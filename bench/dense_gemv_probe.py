@@ -1,22 +1,22 @@
-"""H200 probe: the block-FP8 dense GEMMs of a decode step of 1-4 tokens as matrix-vector products on CUDA cores,
-against the kernels the engine runs there, for the attention GEMMs of the EP8 shards.
+"""H200 probe: patch 0010's matrix-vector kernel for the block-FP8 dense GEMMs of a decode step (a small-M entry
+holding a GEMV dict) against the tier's split-K kernel and torch's blockwise `_scaled_mm`, for the EP8 shards'
+attention GEMMs at 1-4 tokens.
 
-    python3 bench/dense_gemv_probe.py --out DIR [--shapes coder-qkv coder-o-proj ...] [--ms 1 2 4]
-        [--fp8-utils-py PATCHED/fp8_utils.py]
+    python3 bench/dense_gemv_probe.py --fp8-utils-py PATCHED/fp8_utils.py --out DIR
+        [--shapes coder-qkv coder-o-proj ...] [--ms 1 2 4] [--space long-k]
+    python3 bench/dense_gemv_probe.py --candidates-from DIR/dense_gemv_probe.json ... --out CANDIDATES
 
 At one token the Qwen3-Coder EP8 shard's qkv (N=14,336, K=6,144) and o_proj (N=6,144, K=12,288) run vLLM's CUTLASS
-blockwise kernel at 24.4 and 22.4 µs (run 18's decode GEMM bench): 88 and 75 MB of FP8 weights at 3.4-3.6 TB/s,
-against about 4.4 TB/s the H200 reads. This kernel gives each program BLOCK_N weight rows (BLOCK_N divides the
-128-row scale block) and streams them over its share of K (SPLIT_K shares; float32 atomics into a zeroed buffer,
-then a cast, where SPLIT_K > 1) in BLOCK_K-wide steps, the per-token-group activation scales and the weight block
-scales applied per 128-column group, each token's row of the output kept in registers.
+blockwise kernel at 24.4 and 22.4 µs (run 18's decode GEMM bench): 88 and 75 MB of FP8 weights at 3.4-3.6 TB/s. The
+GEMV kernel gives each program BLOCK_SIZE_N weight rows (dividing the 128-row scale block) and streams them over K
+in BLOCK_SIZE_K-wide steps on CUDA cores, the per-token-group and block scales applied per 128-column group.
 
-Runs on the GPU host's own torch and Triton (no wheelhouse, no vLLM). Side by side, in CUDA graphs over rotating
+Runs on the GPU host's own torch and Triton (no wheelhouse, no vLLM): both of the tier's kernels and launchers are
+cut out of the given patched fp8_utils.py (bench/moe/kernel_source). Side by side, in CUDA graphs over rotating
 weight sets larger than L2 (bench/moe/timing.time_graph): torch's blockwise-scaled `_scaled_mm` (CUTLASS, where this
-torch has it), patch 0010's split-K Triton kernel cut from the given patched fp8_utils.py (its best config of a
-small grid), and this kernel's best config of a space of them (--space). Every candidate is checked against a
-float32 reference first. Writes DIR/dense_gemv_probe.json and prints a table with the memory floor at the measured
-copy rate.
+torch runs it), the split-K kernel's best config of a small grid, and the best GEMV dict of --space. Every candidate
+is checked against a float32 reference first. Writes DIR/dense_gemv_probe.json and prints a table with the memory
+floor at the measured copy rate.
 """
 from __future__ import annotations
 
@@ -32,7 +32,6 @@ if str(ROOT) not in sys.path:
 
 import torch  # noqa: E402
 import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
 
 GROUP = 128
 FP8 = torch.float8_e4m3fn
@@ -49,74 +48,21 @@ SHAPES = {
     "deepseek-v3-qkv": (2304, 7168),
 }
 # This kernel's configs: BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages
+# Patch 0010's GEMV dicts to try (kernel probe 24b's best at one token: 4 rows and K steps of 2,048 for the Coder's
+# qkv, 8 and 4,096 for its o_proj, 8 and 512 for the 235B's o_proj; a split of K never won there)
 SPACES = {
-    "narrow": [dict(BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=sk, num_warps=w, num_stages=2)
-               for bn, bk, sk, w in itertools.product((8, 16, 32), (256, 512), (1, 2), (4, 8))],
-    "wide": [dict(BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=sk, num_warps=w, num_stages=st)
-             for bn, bk, sk, w, st in itertools.product((4, 8, 16), (1024, 2048), (1, 2), (4, 8), (1, 3))],
-    "long-k": [dict(BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=1, num_warps=w, num_stages=st)
-               for bn, bk, w, st in itertools.product((2, 4, 8), (2048, 4096), (4, 8), (1, 2, 3))],
+    "narrow": [dict(BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, num_warps=w, num_stages=2)
+               for bn, bk, w in itertools.product((8, 16, 32), (256, 512), (4, 8))],
+    "long-k": [dict(BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, num_warps=w, num_stages=st)
+               for bn, bk, w, st in itertools.product((2, 4, 8), (1024, 2048, 4096), (4, 8), (1, 2, 3))],
 }
 
 
-@triton.jit
-def block_fp8_gemv_kernel(
-    a_ptr, as_ptr, b_ptr, bs_ptr, c_ptr,
-    M, K,
-    stride_am, stride_asm, stride_bn, stride_bsn, stride_cm,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_K: tl.constexpr,
-    SPLIT_K: tl.constexpr,
-):
-    # C[m, n] = sum_k A[m, k] B[n, k] As[m, k // 128] Bs[n // 128, k // 128]; one program: BLOCK_N rows of B over
-    # K / SPLIT_K columns, every token (BLOCK_M >= M rows of A) at once
-    pid_n = tl.program_id(0)
-    pid_k = tl.program_id(1)
-    G: tl.constexpr = BLOCK_K // GROUP_K
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_m = tl.arange(0, BLOCK_M)
-    m_ok = offs_m < M
-    b_rows = b_ptr + offs_n[:, None].to(tl.int64) * stride_bn
-    bs_row = bs_ptr + (pid_n * BLOCK_N) // GROUP_K * stride_bsn  # BLOCK_N divides 128: one row of block scales
-    k_share = K // SPLIT_K
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for k0 in range(pid_k * k_share, (pid_k + 1) * k_share, BLOCK_K):
-        offs_k = k0 + tl.arange(0, BLOCK_K)
-        g = k0 // GROUP_K + tl.arange(0, G)
-        b = tl.load(b_rows + offs_k[None, :]).to(tl.float32)  # [BLOCK_N, BLOCK_K]
-        bs = tl.load(bs_row + g)  # [G]
-        for m in tl.static_range(BLOCK_M):
-            # a token row past M (BLOCK_M is M's next power of two) reads zeros
-            a = tl.load(a_ptr + m * stride_am + offs_k, mask=offs_k < K * (M > m), other=0.0).to(tl.float32)
-            a_s = tl.load(as_ptr + m * stride_asm + g, mask=g < (K // GROUP_K) * (M > m), other=0.0)
-            part = tl.sum(tl.reshape(b * a[None, :], (BLOCK_N, G, GROUP_K)), axis=2)  # [BLOCK_N, G]
-            row = tl.sum(part * (bs * a_s)[None, :], axis=1)  # [BLOCK_N]
-            acc = tl.where(offs_m[:, None] == m, acc + row[None, :], acc)
-    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :]
-    if SPLIT_K == 1:
-        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=m_ok[:, None])
-    else:
-        tl.atomic_add(c_ptrs, acc, mask=m_ok[:, None], sem="relaxed")
-
-
-def check_config(config: dict, N: int, K: int) -> bool:
-    """Whether the config tiles (N, K): BLOCK_N divides 128 and N, each of SPLIT_K shares of K is whole BLOCK_Ks."""
-    bn, bk, sk = config["BLOCK_N"], config["BLOCK_K"], config["SPLIT_K"]
-    return GROUP % bn == 0 and N % bn == 0 and bk % GROUP == 0 and K % (sk * bk) == 0
-
-
-def block_fp8_gemv(a, a_s, b, b_s, config: dict, out_dtype=torch.bfloat16) -> torch.Tensor:
-    """A [M, K] FP8 with per-token-group scales As [M, K / 128] times B [N, K] FP8 with block scales Bs [N / 128,
-    K / 128] (all row-major), with one config of SPACES."""
-    M, K = a.shape
-    N = b.shape[0]
-    split_k = config["SPLIT_K"]
-    c = torch.zeros((M, N), dtype=torch.float32, device=a.device) if split_k > 1 else \
-        torch.empty((M, N), dtype=out_dtype, device=a.device)
-    block_fp8_gemv_kernel[(N // config["BLOCK_N"], split_k)](
-        a, a_s, b, b_s, c, M, K, a.stride(0), a_s.stride(0), b.stride(0), b_s.stride(0), c.stride(0),
-        BLOCK_M=triton.next_power_of_2(M), BLOCK_N=config["BLOCK_N"], BLOCK_K=config["BLOCK_K"], GROUP_K=GROUP,
-        SPLIT_K=split_k, num_warps=config["num_warps"], num_stages=config["num_stages"])
-    return c if split_k == 1 else c.to(out_dtype)
+def tiles(gemv: dict, N: int, K: int) -> bool:
+    """Whether a GEMV dict tiles (N, K) as patch 0010 requires: BLOCK_SIZE_N divides 128 and N, BLOCK_SIZE_K is
+    whole groups dividing K."""
+    return GROUP % gemv["BLOCK_SIZE_N"] == 0 and N % gemv["BLOCK_SIZE_N"] == 0 and \
+        gemv["BLOCK_SIZE_K"] % GROUP == 0 and K % gemv["BLOCK_SIZE_K"] == 0
 
 
 def make_problem(N: int, K: int, M: int, dev, gen: torch.Generator, sets: int = 1):
@@ -160,10 +106,12 @@ def scaled_mm_fn(a, a_s, b, b_s):
     return run if ok else None
 
 
-def load_small_m(fp8_utils_py: str):
-    """Patch 0010's split-K kernel and launcher cut from a patched fp8_utils.py (bench/moe/kernel_source)."""
+def load_tier(fp8_utils_py: str):
+    """Patch 0010's split-K and GEMV kernels and their launchers cut from a patched fp8_utils.py
+    (bench/moe/kernel_source)."""
     from bench.moe.kernel_source import load_definitions
-    return load_definitions(fp8_utils_py, ("_lmi_block_fp8_mm_small_m", "lmi_block_fp8_small_m_mm"), "small_m")
+    return load_definitions(fp8_utils_py, ("LMI_GEMV_KEY", "_lmi_block_fp8_mm_small_m", "lmi_block_fp8_small_m_mm",
+                                           "_lmi_block_fp8_gemv", "lmi_block_fp8_gemv"), "small_m")
 
 
 # patch 0010's configs around its best ones for the Coder's GEMMs at one token (run 18: N128 with K/4 and K/8)
@@ -188,21 +136,72 @@ def best(candidates: list[dict], make, ref, weights, time_graph) -> dict | None:
     return top
 
 
+def as_gemv_dict(config: dict) -> dict | None:
+    """A probe's best GEMV config as patch 0010's GEMV dict. Kernel probe 24b's records name its first kernel's keys
+    (BLOCK_N, BLOCK_K, SPLIT_K); a config that split K has no GEMV dict (the patch's kernel does not split)."""
+    if "BLOCK_SIZE_N" in config:
+        return dict(config)
+    if config.get("SPLIT_K", 1) != 1:
+        return None
+    return {"BLOCK_SIZE_N": config["BLOCK_N"], "BLOCK_SIZE_K": config["BLOCK_K"], "num_warps": config["num_warps"],
+            "num_stages": config["num_stages"]}
+
+
+def candidate_files(probes: list[dict], configs_dir: Path, out: Path) -> list[Path]:
+    """Small-M files for the engine bench's image-candidates arm: for each (shape, tokens) whose best GEMV dict over
+    the given probes beat the split-K kernel's best in the same probe, the shipped file of the shape (configs_dir)
+    with a GEMV entry at that token count, or a file holding that entry alone. Written to out; returns their paths."""
+    best_rows: dict[tuple[int, int, int], dict] = {}
+    for res in probes:
+        for r in res["rows"]:
+            g, sm = r.get("gemv"), r.get("small_m")
+            if g and as_gemv_dict(g["config"]) and (sm is None or g["us"] < sm["us"]):
+                key = (r["N"], r["K"], r["M"])
+                if key not in best_rows or g["us"] < best_rows[key]["gemv"]["us"]:
+                    best_rows[key] = {**r, "device": res["device"]}
+    files: dict[Path, dict] = {}
+    for (N, K, M), r in sorted(best_rows.items()):
+        name = (f"N={N},K={K},device_name={r['device'].replace(' ', '_')},dtype=fp8_w8a8,block_shape=[{GROUP},{GROUP}],"
+                "small_m.json")
+        path = out / name
+        if path not in files:
+            shipped = configs_dir / name
+            files[path] = json.loads(shipped.read_text()) if shipped.exists() else {}
+        files[path][str(M)] = {"GEMV": as_gemv_dict(r["gemv"]["config"])}
+    out.mkdir(parents=True, exist_ok=True)
+    for path, entries in files.items():
+        flags = {k: v for k, v in entries.items() if not k.isdigit()}
+        counts = {k: entries[k] for k in sorted((k for k in entries if k.isdigit()), key=int)}
+        path.write_text(json.dumps({**flags, **counts}, indent=4) + "\n")
+    return sorted(files)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--candidates-from", type=Path, nargs="+", metavar="JSON",
+                   help="no GPU: write to --out the small-M candidate files of these probes' results "
+                        "(candidate_files), laid over --configs-dir's")
+    p.add_argument("--configs-dir", type=Path, default=ROOT / "configs")
     p.add_argument("--shapes", nargs="+", choices=list(SHAPES), default=["coder-qkv", "coder-o-proj"])
     p.add_argument("--ms", type=int, nargs="+", default=[1, 2, 4])
-    p.add_argument("--space", choices=list(SPACES), default="narrow",
-                   help="this kernel's configs: narrow (24), wide (48, longer K steps) or long-k (36, K steps of 2,048-4,096)")
-    p.add_argument("--fp8-utils-py", help="a patched fp8_utils.py: patch 0010's split-K kernel as a third arm")
+    p.add_argument("--space", choices=list(SPACES), default="long-k",
+                   help="the GEMV dicts to try: narrow (12, short K steps) or long-k (54, K steps of 1,024-4,096)")
+    p.add_argument("--fp8-utils-py", help="a patched fp8_utils.py (patch 0010's kernels; needed to probe)")
     args = p.parse_args(argv)
+    if args.candidates_from:
+        for path in candidate_files([json.loads(f.read_text()) for f in args.candidates_from], args.configs_dir,
+                                    args.out):
+            print(path)
+        return 0
+    if not args.fp8_utils_py:
+        p.error("--fp8-utils-py is needed to probe (or --candidates-from, to write candidate files)")
     from bench.moe.timing import measure_copy_bandwidth, time_graph
 
     dev = torch.device("cuda")
     gen = torch.Generator(device=dev).manual_seed(0)
     copy_bw = measure_copy_bandwidth(dev)
-    small_m = load_small_m(args.fp8_utils_py) if args.fp8_utils_py else None
+    tier = load_tier(args.fp8_utils_py)
     rows = []
     for name in args.shapes:
         N, K = SHAPES[name]
@@ -217,11 +216,11 @@ def main(argv: list[str] | None = None) -> int:
                 row["scaled_mm_us"] = time_graph([lambda b=b, bs=bs: torch._scaled_mm(
                     a, b.t(), scale_a=a_s.t().contiguous().t(), scale_b=bs.t(), out_dtype=torch.bfloat16)
                     for b, bs in weights])[0]
-            if small_m is not None:
-                row["small_m"] = best(SMALL_M_SPACE, lambda c, b, bs: small_m.lmi_block_fp8_small_m_mm(
-                    a, b, a_s, bs, [GROUP, GROUP], c, torch.bfloat16), ref, weights, time_graph)
-            row["gemv"] = best([c for c in SPACES[args.space] if check_config(c, N, K)],
-                               lambda c, b, bs: block_fp8_gemv(a, a_s, b, bs, c), ref, weights, time_graph)
+            row["small_m"] = best(SMALL_M_SPACE, lambda c, b, bs: tier.lmi_block_fp8_small_m_mm(
+                a, b, a_s, bs, [GROUP, GROUP], c, torch.bfloat16), ref, weights, time_graph)
+            row["gemv"] = best([c for c in SPACES[args.space] if tiles(c, N, K)],
+                               lambda c, b, bs: tier.lmi_block_fp8_gemv(a, b, a_s, bs, [GROUP, GROUP], c,
+                                                                        torch.bfloat16), ref, weights, time_graph)
             rows.append(row)
             print(json.dumps(row), flush=True)
             del weights

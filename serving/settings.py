@@ -239,6 +239,9 @@ SETTINGS: tuple[Setting, ...] = (
             "split-K Triton tier for decode batches where configs/ holds a small-M file for the layer's shape "
             "(patch 0010).", parse=parse_bool, env=("LMI_BLOCK_FP8_SMALL_M_TRITON",),
             engine_env="LMI_BLOCK_FP8_SMALL_M_TRITON"),
+    Setting("block_fp8_decode_gemv", "false: CUTLASS for the token counts of a small-M file's GEMV entries instead of "
+            "the matrix-vector kernel (patch 0010; no shipped file holds one until the engine bench measures it).",
+            parse=parse_bool, env=("LMI_BLOCK_FP8_DECODE_GEMV",), engine_env="LMI_BLOCK_FP8_DECODE_GEMV"),
     Setting("moe_decode_gemv", "false: vLLM's fused_moe_kernel for every fused-MoE batch instead of the matrix-vector "
             "kernel where a tuned config entry of a block-FP8 shape holds a GEMV dict (few routed pairs, no expert "
             "map; patch 0011; configs/ holds them for the Qwen3-235B and Qwen3-Coder EP8 ranks).", parse=parse_bool,
@@ -486,6 +489,7 @@ class Settings:
     moe_one_pass_topk: bool | None = None
     moe_router_fp32_logits: bool | None = None
     block_fp8_small_m_triton: bool | None = None
+    block_fp8_decode_gemv: bool | None = None
     moe_decode_gemv: bool | None = None
     moe_decode_gemv_expert_map: bool | None = None
     moe_decode_gemv_silu: bool | None = None

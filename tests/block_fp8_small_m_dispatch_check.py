@@ -22,14 +22,16 @@ from vllm.model_executor.layers.quantization.utils.quant_utils import kFp8Dynami
 N, K, BLOCK = 256, 512, [128, 128]
 SMALL = dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=128, BLOCK_SIZE_K=128, SPLIT_K=8, num_warps=4, num_stages=3)
 EIGHT = dict(SMALL, BLOCK_SIZE_N=32, SPLIT_K=1)
+GEMV = {"GEMV": dict(BLOCK_SIZE_N=32, BLOCK_SIZE_K=256, num_warps=4, num_stages=2)}
 CALLS: list[str] = []
 
 
 def reset(**env) -> None:
-    for name in (fp8_utils.LMI_BLOCK_FP8_SMALL_M_ENV, "VLLM_BATCH_INVARIANT"):
+    for name in (fp8_utils.LMI_BLOCK_FP8_SMALL_M_ENV, fp8_utils.LMI_BLOCK_FP8_DECODE_GEMV_ENV, "VLLM_BATCH_INVARIANT"):
         os.environ.pop(name, None)
     os.environ.update(env)
     fp8_utils.lmi_small_m_enabled.cache_clear()
+    fp8_utils.lmi_block_fp8_decode_gemv_enabled.cache_clear()
     fp8_utils.lmi_small_m_file.cache_clear()
 
 
@@ -44,11 +46,13 @@ def chosen(m: int):
         config = fp8_utils.lmi_small_m_config(m, N, K, BLOCK)
     except ValueError as e:
         return {"error": str(e)}
-    return None if config is None else ("1" if config == SMALL else "8" if config == EIGHT else config)
+    return None if config is None else (
+        "1" if config == SMALL else "8" if config == EIGHT else "gemv" if config == GEMV else config)
 
 
 def record_tier(A, B, As, Bs, block_size, config, output_dtype):
-    CALLS.append(f"tier SPLIT_K={config['SPLIT_K']} M={A.shape[0]}" + (f" {A.dtype} input" if As is None else ""))
+    kernel = "GEMV" if "GEMV" in config else f"SPLIT_K={config['SPLIT_K']}"
+    CALLS.append(f"tier {kernel} M={A.shape[0]}" + (f" {A.dtype} input" if As is None else ""))
     return A.new_zeros((A.shape[0], B.shape[0]), dtype=output_dtype)
 
 
@@ -144,6 +148,9 @@ def main() -> None:
         out["fused_built"] = {"fused_input_quant": fused._lmi_fused_input_quant}
         out["fused_calls"] = layer_calls(fused, (1, 8, 9))
         out["unfused_calls"] = layer_calls(kernel, (1,))  # vLLM's QuantFP8 first, then the op on fp8
+        write(folder, {"fused_input_quant": True, "1": GEMV, "8": EIGHT})
+        reset()
+        out["fused_gemv_calls"] = layer_calls(build_kernel(), (1, 8))
         write(folder, {"fused_input_quant": "yes", "8": EIGHT})
         reset()
         out["bad_fused_flag"] = chosen(1)
@@ -160,7 +167,22 @@ def main() -> None:
         out["bad_switch_build"] = build_kernel()
         assert isinstance(out["bad_switch_build"], str), "a bad switch built the kernel"
 
+        # a GEMV entry (its own switch: off gives its token counts CUTLASS)
+        write(folder, {"1": GEMV, "8": EIGHT})
+        reset()
+        out["gemv_by_tokens"] = {m: chosen(m) for m in (1, 2, 8, 9)}
+        out["gemv_calls"] = op_calls(call, (1, 5))
+        reset(**{fp8_utils.LMI_BLOCK_FP8_DECODE_GEMV_ENV: "0"})
+        out["gemv_off_by_tokens"] = {m: chosen(m) for m in (1, 2)}
+        reset(**{fp8_utils.LMI_BLOCK_FP8_DECODE_GEMV_ENV: "later"})
+        out["gemv_bad_switch"] = chosen(1)
+        out["gemv_bad_switch_beyond"] = chosen(2)  # an entry without GEMV never reads the switch
+
         bad_files = {
+            "gemv_rows": {"1": {"GEMV": dict(GEMV["GEMV"], BLOCK_SIZE_N=3)}},
+            "gemv_k": {"1": {"GEMV": dict(GEMV["GEMV"], BLOCK_SIZE_K=1024)}},
+            "gemv_keys": {"1": {"GEMV": {k: v for k, v in GEMV["GEMV"].items() if k != "num_stages"}}},
+            "gemv_beside": {"1": dict(GEMV, SPLIT_K=1)},
             "unknown_key": {"1": dict(SMALL, GROUP_SIZE_M=1)},
             "missing_key": {"1": {k: v for k, v in SMALL.items() if k != "SPLIT_K"}},
             "block_k": {"1": dict(SMALL, BLOCK_SIZE_K=64)},

@@ -21,7 +21,8 @@ def main() -> None:
     import vllm
 
     fp8_utils = Path(vllm.__file__).parent / "model_executor/layers/quantization/utils/fp8_utils.py"
-    mod = load_definitions(str(fp8_utils), ("_lmi_block_fp8_mm_small_m", "lmi_block_fp8_small_m_mm"), "fp8_small_m")
+    mod = load_definitions(str(fp8_utils), ("LMI_GEMV_KEY", "_lmi_block_fp8_mm_small_m", "lmi_block_fp8_small_m_mm",
+                                            "_lmi_block_fp8_gemv", "lmi_block_fp8_gemv"), "fp8_small_m")
     torch.manual_seed(0)
     out = {}
     # K of 5 blocks: uneven shares over 2 and 4 splits, and with 8 splits shares that hold no block; N and M off the
@@ -44,10 +45,21 @@ def main() -> None:
             y = mod.lmi_block_fp8_small_m_mm(x, b, None, b_s, [BLOCK, BLOCK], config, torch.bfloat16)
         else:
             y = mod.lmi_block_fp8_small_m_mm(a, b, a_s, b_s, [BLOCK, BLOCK], config, torch.bfloat16)
-        out[f"M{m} N{n} K{k} split{split} BN{block_n} {layout}"] = {
-            "rel_err": float((y.float() - ref).abs().max() / ref.abs().max()), "dtype": str(y.dtype),
-            "shape": list(y.shape)}
+        out[f"M{m} N{n} K{k} split{split} BN{block_n} {layout}"] = result(y, ref)
+        if split == 1 and block_n == 32 and layout != "bf16":
+            # the GEMV entry through the same launcher: 8- and 32-row programs, K steps of one group and of four
+            # where they divide K; M of 3 pads to 4 rows
+            for gemv_n, gemv_k in itertools.product((8, 32), sorted({BLOCK, 512 if k % 512 == 0 else BLOCK})):
+                gemv = dict(BLOCK_SIZE_N=gemv_n, BLOCK_SIZE_K=gemv_k, num_warps=4, num_stages=2)
+                y = mod.lmi_block_fp8_small_m_mm(a, b, a_s, b_s, [BLOCK, BLOCK], {mod.LMI_GEMV_KEY: gemv},
+                                                 torch.bfloat16)
+                out[f"M{m} N{n} K{k} GEMV BN{gemv_n} BK{gemv_k} {layout}"] = result(y, ref)
     print(json.dumps(out))
+
+
+def result(y: torch.Tensor, ref: torch.Tensor) -> dict:
+    return {"rel_err": float((y.float() - ref).abs().max() / ref.abs().max()), "dtype": str(y.dtype),
+            "shape": list(y.shape)}
 
 
 def group_quant(x: torch.Tensor, triton_cast: bool) -> tuple[torch.Tensor, torch.Tensor]:

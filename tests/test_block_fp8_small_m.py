@@ -26,8 +26,11 @@ def dispatch():
     return run_check("block_fp8_small_m_dispatch_check.py", timeout=300)
 
 
-def test_every_split_matches_the_block_scaled_product(kernel_cases):
-    assert len(kernel_cases) == 3 * 4 * 2 * 3
+def test_every_split_and_gemv_matches_the_block_scaled_product(kernel_cases):
+    # split-K: 3 shapes x 4 splits x 2 tiles x 3 input layouts; GEMV: 2 fp8 layouts x 2 row counts x the K steps
+    # dividing each shape's K (one, one, two)
+    assert len(kernel_cases) == 3 * 4 * 2 * 3 + 2 * 2 * (1 + 1 + 2)
+    assert sum(" GEMV " in name for name in kernel_cases) == 16
     # bf16 results of float32 sums: a relative error of a few 1e-3 at most
     bad = {k: v for k, v in kernel_cases.items() if not v["rel_err"] < 1e-2}
     assert not bad, bad
@@ -65,6 +68,18 @@ def test_fused_input_quant_gives_the_tier_the_bf16_input_and_cutlass_a_quantized
     assert "'fused_input_quant' must be true or false" in dispatch["bad_fused_flag"]["error"]
 
 
+def test_a_gemv_entry_runs_the_matrix_vector_kernel_for_its_token_counts(dispatch):
+    """Patch 0010's GEMV entry: chosen by the same rule as a split-K entry, given to the tier (which quantizes a
+    fused_input_quant layer's bf16 input itself), CUTLASS where LMI_BLOCK_FP8_DECODE_GEMV=0."""
+    assert dispatch["gemv_by_tokens"] == {"1": "gemv", "2": "8", "8": "8", "9": None}
+    assert dispatch["gemv_calls"] == ["tier GEMV M=1", "tier SPLIT_K=1 M=5"]
+    assert dispatch["fused_gemv_calls"] == ["tier GEMV M=1 torch.bfloat16 input",
+                                            "tier SPLIT_K=1 M=8 torch.bfloat16 input"]
+    assert dispatch["gemv_off_by_tokens"] == {"1": None, "2": "8"}
+    assert "LMI_BLOCK_FP8_DECODE_GEMV='later' is not understood" in dispatch["gemv_bad_switch"]["error"]
+    assert dispatch["gemv_bad_switch_beyond"] == "8"
+
+
 @pytest.mark.parametrize("case", ["switch_off", "batch_invariant"])
 def test_switch_off_and_batch_invariant_mode_keep_cutlass(dispatch, case):
     assert dispatch[case] is None
@@ -82,7 +97,11 @@ def test_a_bad_switch_fails_the_kernels_build(dispatch):
     ("not_an_object", "needs null (CUTLASS) or exactly the keys"),
     ("block_k", "BLOCK_SIZE_K must be the weight block's K (128); it is 64"),
     ("not_int", "['SPLIT_K'] must be integers >= 1"), ("bad_key", "entry 'one': the key must be a token count"),
-    ("empty", "expected a non-empty JSON object")])
+    ("empty", "expected a non-empty JSON object"),
+    ("gemv_rows", "GEMV BLOCK_SIZE_N=3 must be a power of two dividing 128 and N=256"),
+    ("gemv_k", "BLOCK_SIZE_K=1024 a power of two, a multiple of 128, dividing K=512"),
+    ("gemv_keys", "a GEMV entry needs exactly the keys"),
+    ("gemv_beside", "needs null (CUTLASS) or exactly the keys")])
 def test_a_bad_file_is_named_with_its_entry(dispatch, case, says):
     got = dispatch[f"bad_{case}"]
     assert says in got["error"] and got["names_file"], got
@@ -102,3 +121,51 @@ def test_a_shipped_small_m_file_loads_through_the_patched_parser(path):
 
     entries = lmi_parse_small_m_configs(str(path), json.loads(path.read_text()), 128)  # raises naming what is wrong
     assert entries[max(entries)] is not None  # a trailing null would only restate CUTLASS above the largest entry
+
+
+def test_the_dense_gemv_probe_tries_what_the_patch_accepts():
+    """bench/dense_gemv_probe.py's GEMV dicts: those it times for a shape are those patch 0010's check accepts for
+    it, so a dict a probe picks can go into a small-M file as it is."""
+    from vllm.model_executor.layers.quantization.utils.fp8_utils import lmi_check_gemv_entry
+
+    from bench import dense_gemv_probe as probe
+
+    for N, K in probe.SHAPES.values():
+        for gemv in (g for space in probe.SPACES.values() for g in space):
+            try:
+                lmi_check_gemv_entry("probe", gemv, N, K, 128, 128)
+                accepted = True
+            except ValueError:
+                accepted = False
+            assert accepted == probe.tiles(gemv, N, K), (N, K, gemv)
+
+
+GEMV_PROBES = ROOT / "bench" / "data" / "h200_dense_gemv_probe"
+
+
+def test_the_gemv_candidate_files_are_remade_from_kernel_probe_24b_and_load(tmp_path):
+    """The candidate files the next engine bench gates (bench/data/h200_dense_gemv_probe/candidates): remade byte for
+    byte from kernel probe 24b's records over configs/, each GEMV entry where the probe's GEMV beat its split-K best,
+    and every file accepted by patch 0010's parser and its GEMV check for the file's shape."""
+    import re
+
+    from vllm.model_executor.layers.quantization.utils.fp8_utils import (
+        LMI_GEMV_KEY,
+        lmi_check_gemv_entry,
+        lmi_parse_small_m_configs,
+    )
+
+    from bench import dense_gemv_probe as probe
+
+    records = sorted(GEMV_PROBES.glob("probe_24b_*.json"))
+    made = probe.candidate_files([json.loads(f.read_text()) for f in records], ROOT / "configs", tmp_path)
+    recorded = sorted((GEMV_PROBES / "candidates").glob("*.json"))
+    assert [p.name for p in made] == [p.name for p in recorded] and len(made) == 3
+    for new, old in zip(made, recorded):
+        assert new.read_bytes() == old.read_bytes(), old.name
+        N, K = (int(v) for v in re.match(r"N=(\d+),K=(\d+),", old.name).groups())
+        entries = lmi_parse_small_m_configs(str(old), json.loads(old.read_text()), 128)
+        gemv = {m: c[LMI_GEMV_KEY] for m, c in entries.items() if c and LMI_GEMV_KEY in c}
+        assert 1 in gemv, old.name
+        for m, g in gemv.items():
+            lmi_check_gemv_entry(f"{old.name} {m}", g, N, K, 128, 128)

@@ -44,3 +44,22 @@ def test_split_k_grid_keeps_the_weight_blocks_k_and_small_m_keys():
 
     assert all(c["BLOCK_SIZE_K"] == bench.BLOCK and tuple(c) == KEYS for c in bench.SPLIT_GRID)
     assert set(map(str, bench.QUICK_SPLIT_GRID)) < set(map(str, bench.SPLIT_GRID))
+
+
+def test_the_gemv_grid_holds_dicts_patch_0010_accepts_for_each_shape():
+    """The decode GEMM bench tries, per shape, the GEMV dicts patch 0010's check accepts for it (gemv_tiles), and at
+    least one for every shard's dense shape."""
+    from vllm.model_executor.layers.quantization.utils.fp8_utils import lmi_check_gemv_entry
+
+    dense, _ = bench.shard_shapes()
+    assert set(map(str, bench.QUICK_GEMV_GRID)) < set(map(str, bench.GEMV_GRID))
+    for name, (n, k) in dense.items():
+        tiling = [c for c in bench.GEMV_GRID if bench.gemv_tiles(c, n, k)]
+        assert tiling, name
+        for c in bench.GEMV_GRID:
+            try:
+                lmi_check_gemv_entry(name, c, n, k, bench.BLOCK, bench.BLOCK)
+                accepted = True
+            except ValueError:
+                accepted = False
+            assert accepted == (c in tiling), (name, c)
