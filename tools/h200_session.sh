@@ -14,6 +14,11 @@
 #                                               # --expert-map): the host's torch and Triton, no wheelhouse (carry
 #                                               # .cache/carry/patched/fused_moe.py); runs beside the staging calls,
 #                                               # `all` waits for it; GEMV_PROBE_ARGS: the probe's flags
+#   setsid tools/h200_session.sh dense-gemv-probe &   # patch 0010's matrix-vector kernel against its split-K
+#                                               # kernel (bench/dense_gemv_probe.py): the host's torch and Triton,
+#                                               # no wheelhouse (carry .cache/carry/patched/fp8_utils.py, the
+#                                               # series' fp8_utils.py: copy it from .venv's patched vllm); `all`
+#                                               # waits for it; DENSE_GEMV_ARGS: the probe's flags
 #   setsid tools/h200_session.sh prep &         # once the image's parts are staged, while the peers' still arrive:
 #                                               # the image's runtime, stock vLLM and the models of E2E_ARGS
 #                                               # (from a copy of the tree); `all` waits for it and skips those
@@ -140,6 +145,12 @@ gemv-probe)
         ${GEMV_PROBE_ARGS:---shapes qwen3-coder-480b-ep8 qwen3-235b-ep8 deepseek-v3-ep8 --ms 1 2 4 --space wide --expert-map} \
         && touch "$G/DONE"
     ;;
+dense-gemv-probe)
+    D=$RES/dense-gemv; mkdir -p "$D" && tree_copy dense-gemv || exit 1
+    exec > >(tee -a "$D/probe.log") 2>&1
+    python3 bench/dense_gemv_probe.py --fp8-utils-py .cache/carry/patched/fp8_utils.py --out "$D" \
+        ${DENSE_GEMV_ARGS:---shapes coder-qkv coder-o-proj 235b-o-proj --ms 1 2} && touch "$D/DONE"
+    ;;
 prep)
     # the install reads Makefile and patches/ from the copy
     mkdir -p "$RES" && rm -f "$PREP_DONE" && tree_copy prep || exit 1
@@ -199,6 +210,10 @@ all)
         step "waiting for the GEMV probe (its GPU timings must not share the GPU)"
         wait_for "$RES/gemv/DONE" gemv-probe || echo "GEMV probe failed: $RES/gemv/probe.log"
     fi
+    if [ -d "$RES/dense-gemv" ]; then
+        step "waiting for the dense GEMV probe (its GPU timings must not share the GPU)"
+        wait_for "$RES/dense-gemv/DONE" dense-gemv-probe || echo "dense GEMV probe failed: $RES/dense-gemv/probe.log"
+    fi
     if [ -d "$RES/kernels" ]; then
         step "waiting for the config tune (its GPU timings must not share the GPU)"
         wait_for "$RES/kernels/DONE" tune && export LMI_CONFIGS_DIR="$RES/kernels/configs" || echo "tune failed: shipped configs only"
@@ -257,7 +272,7 @@ collect)
     [ -n "$setup" ] && tar -czf "$OUT/setup-logs.tar.gz" -C "$RES" $setup
     for f in e2e.md e2e.json; do [ -f "$RES/e2e/$f" ] && cp "$RES/e2e/$f" "$OUT/"; done
     # the kernel benches' and the tune's tables and data (not the tune's configs/ copy) in one file
-    benches=$(cd "$RES" && ls -d quant/fp8_quant.* router/router_topk.* decode/decode_gemm.* candidates gemv kernels \
+    benches=$(cd "$RES" && ls -d quant/fp8_quant.* router/router_topk.* decode/decode_gemm.* candidates gemv dense-gemv kernels \
               2>/dev/null)
     [ -n "$benches" ] && tar -czf "$OUT/kernel-benches.tar.gz" -C "$RES" --exclude kernels/configs $benches
     [ -d "$RES/e2e/logs" ] && tar -czf "$OUT/e2e-logs.tar.gz" -C "$RES/e2e" logs
