@@ -42,6 +42,7 @@ from pathlib import Path
 import torch
 
 from bench.cuda_graph_timing import CALLS, REPS, graph_of, in_turn, time_us
+from bench.dense_gemv_probe import gemv_tiles
 from serving.paths import CONFIGS_DIR
 
 BLOCK = 128
@@ -176,11 +177,6 @@ def best_of(grid: list[dict], make) -> dict | None:
         except Exception:  # a config the kernel cannot run (shared memory): not a candidate
             continue
     return grid[min(sweep, key=sweep.get)] if sweep else None
-
-
-def gemv_tiles(config: dict, n: int, k: int) -> bool:
-    """Whether a GEMV dict tiles (n, k) as patch 0010 checks it (lmi_check_gemv_entry)."""
-    return BLOCK % config["BLOCK_SIZE_N"] == 0 and n % config["BLOCK_SIZE_N"] == 0 and k % config["BLOCK_SIZE_K"] == 0
 
 
 def dense_cases(tokens, presets, grid, split_grid, out: dict, rows: list[str], gemv_grid=()) -> None:

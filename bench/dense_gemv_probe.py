@@ -58,11 +58,11 @@ SPACES = {
 }
 
 
-def tiles(gemv: dict, N: int, K: int) -> bool:
-    """Whether a GEMV dict tiles (N, K) as patch 0010 requires: BLOCK_SIZE_N divides 128 and N, BLOCK_SIZE_K is
-    whole groups dividing K."""
-    return GROUP % gemv["BLOCK_SIZE_N"] == 0 and N % gemv["BLOCK_SIZE_N"] == 0 and \
-        gemv["BLOCK_SIZE_K"] % GROUP == 0 and K % gemv["BLOCK_SIZE_K"] == 0
+def gemv_tiles(gemv: dict, N: int, K: int) -> bool:
+    """Whether a GEMV dict tiles (N, K) as patch 0010's lmi_check_gemv_entry requires of [128, 128] blocks:
+    BLOCK_SIZE_N a power of two dividing 128 and N, BLOCK_SIZE_K a power of two of whole groups dividing K."""
+    bn, bk = gemv["BLOCK_SIZE_N"], gemv["BLOCK_SIZE_K"]
+    return not (bn & (bn - 1) or GROUP % bn or N % bn or bk & (bk - 1) or bk % GROUP or K % bk)
 
 
 def make_problem(N: int, K: int, M: int, dev, gen: torch.Generator, sets: int = 1):
@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
                     for b, bs in weights])[0]
             row["small_m"] = best(SMALL_M_SPACE, lambda c, b, bs: tier.lmi_block_fp8_small_m_mm(
                 a, b, a_s, bs, [GROUP, GROUP], c, torch.bfloat16), ref, weights, time_graph)
-            row["gemv"] = best([c for c in SPACES[args.space] if tiles(c, N, K)],
+            row["gemv"] = best([c for c in SPACES[args.space] if gemv_tiles(c, N, K)],
                                lambda c, b, bs: tier.lmi_block_fp8_gemv(a, b, a_s, bs, [GROUP, GROUP], c,
                                                                         torch.bfloat16), ref, weights, time_graph)
             rows.append(row)

@@ -137,7 +137,7 @@ def test_the_dense_gemv_probe_tries_what_the_patch_accepts():
                 accepted = True
             except ValueError:
                 accepted = False
-            assert accepted == probe.tiles(gemv, N, K), (N, K, gemv)
+            assert accepted == probe.gemv_tiles(gemv, N, K), (N, K, gemv)
 
 
 GEMV_PROBES = ROOT / "bench" / "data" / "h200_dense_gemv_probe"
