@@ -18,9 +18,9 @@ This bench times, per shape and token count, the kernels vLLM already ships for 
   then timed with the others), patch 0010's split-K variant of it (`lmi_block_fp8_small_m_mm`) with the best of
   its grid, up to 4 tokens patch 0010's matrix-vector kernel (`lmi_block_fp8_gemv`, a small-M file's GEMV entry)
   with the best dict of its grid, and the image's own call (`vllm::lmi_cutlass_block_fp8_mm`: the tier where a
-  small-M file in configs/ covers the shape and token count, else CUTLASS). For a layer whose input no fusion pass quantizes
-  (o_proj), the input's quantization and CUTLASS against the split-K variant quantizing its bf16 input itself
-  (a small-M file's fused_input_quant). `python -m bench.small_m_configs --from OUT/decode_gemm.json` turns the
+  small-M file in configs/ covers the shape and token count, else CUTLASS). For a layer whose input no fusion
+  pass quantizes (o_proj), the input's quantization and CUTLASS against the split-K variant quantizing its bf16
+  input itself (a small-M file's fused_input_quant). `python -m bench.small_m_configs --from OUT/decode_gemm.json` turns the
   cases where the split-K variant beat CUTLASS into small-M files.
 
 Each arm's first call in each case is timed on the wall clock (`first_call_ms`: a JIT compile, such as cuteDSL's
@@ -289,8 +289,8 @@ def main() -> int:
                   "(/CUTLASS) | GEMV us (/CUTLASS) | GEMV config | max rel. error |",
                   "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     router_cases(router_tokens, a.presets, results["cases"], router_rows)
-    dense_cases(dense_tokens, a.presets, grid, QUICK_SPLIT_GRID if a.quick else SPLIT_GRID, results["cases"], dense_rows,
-                QUICK_GEMV_GRID if a.quick else GEMV_GRID)
+    dense_cases(dense_tokens, a.presets, grid, QUICK_SPLIT_GRID if a.quick else SPLIT_GRID, results["cases"],
+                dense_rows, QUICK_GEMV_GRID if a.quick else GEMV_GRID)
     worst = max((e for c in results["cases"].values() for e in c["errors"].values()), default=float("inf"))
     results["max_relative_error"] = worst
     text = "\n".join(router_rows) + "\n\n" + "\n".join(dense_rows) + f"\n\nlargest relative error: {worst:.1e}\n"

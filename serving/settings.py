@@ -282,9 +282,8 @@ SETTINGS: tuple[Setting, ...] = (
             "instead of one graph for every size tuned at a large one; each size adds compile time at start. 0 (the "
             "default): one graph for every size, as vLLM does; at 8 the Qwen3-Coder EP8 shard's one-client step was "
             "slower (ITL 3.84 against 3.71 ms) and its start took 515 against 225 s (bench/RESULTS-archive.md, run "
-            "24). Not "
-            "applied on the CPU build, with enforce_eager, where Inductor compiles nothing, or where compilation_config sets "
-            "compile_sizes.", parse=parse_non_negative_int, default=0, example="8"),
+            "24). Not applied on the CPU build, with enforce_eager, where Inductor compiles nothing, or where "
+            "compilation_config sets compile_sizes.", parse=parse_non_negative_int, default=0, example="8"),
     Setting("flashinfer_sampler", "FlashInfer's top-k/top-p sampler. Off by default: it is compiled with nvcc at the "
             "first start on every fresh host (minutes against the health-check timeout, and a failure where there is no "
             "nvcc); off, vLLM's own PyTorch sampler runs.", parse=parse_bool, default=False,
