@@ -33,6 +33,8 @@ if str(ROOT) not in sys.path:
 import torch  # noqa: E402
 import triton  # noqa: E402
 
+from bench.small_m_configs import file_name as small_m_file_name  # noqa: E402
+
 GROUP = 128
 FP8 = torch.float8_e4m3fn
 TOLERANCE = 2e-2  # relative Frobenius error against the float32 reference: fp8 products summed over K >= 1,024
@@ -47,7 +49,6 @@ SHAPES = {
     "235b-o-proj": (4096, 1024),
     "deepseek-v3-qkv": (2304, 7168),
 }
-# This kernel's configs: BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages
 # Patch 0010's GEMV dicts to try (kernel probe 24b's best at one token: 4 rows and K steps of 2,048 for the Coder's
 # qkv, 8 and 4,096 for its o_proj, 8 and 512 for the 235B's o_proj; a split of K never won there)
 SPACES = {
@@ -161,8 +162,7 @@ def candidate_files(probes: list[dict], configs_dir: Path, out: Path) -> list[Pa
                     best_rows[key] = {**r, "device": res["device"]}
     files: dict[Path, dict] = {}
     for (N, K, M), r in sorted(best_rows.items()):
-        name = (f"N={N},K={K},device_name={r['device'].replace(' ', '_')},dtype=fp8_w8a8,block_shape=[{GROUP},{GROUP}],"
-                "small_m.json")
+        name = small_m_file_name(N, K, r["device"])
         path = out / name
         if path not in files:
             shipped = configs_dir / name
