@@ -33,6 +33,8 @@ if str(ROOT) not in sys.path:
 import torch  # noqa: E402
 import triton  # noqa: E402
 
+from bench.moe.problem import dequant_a, dequant_w  # noqa: E402
+from bench.norm_quant_probe import group_quant  # noqa: E402
 from bench.small_m_configs import file_name as small_m_file_name  # noqa: E402
 
 GROUP = 128
@@ -68,11 +70,7 @@ def gemv_tiles(gemv: dict, N: int, K: int) -> bool:
 
 def make_problem(N: int, K: int, M: int, dev, gen: torch.Generator, sets: int = 1):
     """A quantized activation (M tokens) and `sets` weight sets of (N, K), block FP8 with random scales."""
-    fmax = torch.finfo(FP8).max
-    x = torch.randn(M, K, generator=gen, device=dev)
-    xg = x.view(M, K // GROUP, GROUP)
-    a_s = (xg.abs().amax(-1).clamp(min=1e-10) / fmax).float()
-    a = (xg / a_s[..., None]).clamp(-fmax, fmax).view(M, K).to(FP8)
+    a, a_s = group_quant(torch.randn(M, K, generator=gen, device=dev))
     weights = []
     for _ in range(sets):
         b = (torch.randn(N, K, generator=gen, device=dev) * 0.5).to(FP8)
@@ -83,28 +81,12 @@ def make_problem(N: int, K: int, M: int, dev, gen: torch.Generator, sets: int = 
 
 def reference(a, a_s, b, b_s) -> torch.Tensor:
     """The float32 product of the dequantized operands."""
-    M, K = a.shape
-    N = b.shape[0]
-    ad = (a.float().view(M, K // GROUP, GROUP) * a_s[..., None]).view(M, K)
-    bd = (b.float().view(N // GROUP, GROUP, K // GROUP, GROUP) * b_s[:, None, :, None]).view(N, K)
-    return ad @ bd.t()
+    block = [GROUP, GROUP]
+    return dequant_a(a, a_s, block) @ dequant_w(b[None], b_s[None], block)[0].t()
 
 
 def relerr(out: torch.Tensor, ref: torch.Tensor) -> float:
     return ((out.float() - ref).norm() / ref.norm().clamp(min=1e-20)).item()
-
-
-def scaled_mm_fn(a, a_s, b, b_s):
-    """torch's blockwise-scaled FP8 GEMM (1x128 activation groups, 128x128 weight blocks), or None where this torch
-    does not run it."""
-    def run():
-        # CUTLASS's blockwise layout: the activation scales M-major (a column-major [M, K / 128])
-        return torch._scaled_mm(a, b.t(), scale_a=a_s.t().contiguous().t(), scale_b=b_s.t(), out_dtype=torch.bfloat16)
-    try:
-        ok = relerr(run(), reference(a, a_s, b, b_s)) < TOLERANCE
-    except (RuntimeError, TypeError, ValueError):
-        return None
-    return run if ok else None
 
 
 def load_tier(fp8_utils_py: str):
@@ -211,11 +193,11 @@ def main(argv: list[str] | None = None) -> int:
             a, a_s, weights = make_problem(N, K, M, dev, gen, sets)
             ref = reference(a, a_s, *weights[0])
             row = {"shape": name, "N": N, "K": K, "M": M, "floor_us": 1e6 * N * K / copy_bw}
-            mm = scaled_mm_fn(a, a_s, *weights[0])
-            if mm is not None:
-                row["scaled_mm_us"] = time_graph([lambda b=b, bs=bs: torch._scaled_mm(
-                    a, b.t(), scale_a=a_s.t().contiguous().t(), scale_b=bs.t(), out_dtype=torch.bfloat16)
-                    for b, bs in weights])[0]
+            # torch's blockwise-scaled FP8 GEMM (1x128 activation groups, 128x128 weight blocks), where this torch
+            # runs it; CUTLASS's layout: the activation scales M-major (a column-major [M, K / 128])
+            a_s_cols = a_s.t().contiguous().t()
+            row["scaled_mm"] = best([None], lambda c, b, bs: torch._scaled_mm(
+                a, b.t(), scale_a=a_s_cols, scale_b=bs.t(), out_dtype=torch.bfloat16), ref, weights, time_graph)
             row["small_m"] = best(SMALL_M_SPACE, lambda c, b, bs: tier.lmi_block_fp8_small_m_mm(
                 a, b, a_s, bs, [GROUP, GROUP], c, torch.bfloat16), ref, weights, time_graph)
             row["gemv"] = best([c for c in SPACES[args.space] if gemv_tiles(c, N, K)],
@@ -232,8 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     print("| shape | tokens | floor µs | torch _scaled_mm µs | 0010 split-K µs | GEMV µs (config) |")
     print("|---|---|---|---|---|---|")
     for r in rows:
-        sm, g = r.get("small_m"), r.get("gemv")
-        print(f"| {r['shape']} | {r['M']} | {r['floor_us']:.1f} | {r.get('scaled_mm_us', float('nan')):.2f} | "
+        mm, sm, g = r.get("scaled_mm"), r.get("small_m"), r.get("gemv")
+        print(f"| {r['shape']} | {r['M']} | {r['floor_us']:.1f} | {mm['us'] if mm else float('nan'):.2f} | "
               f"{sm['us'] if sm else float('nan'):.2f} | "
               f"{g['us'] if g else float('nan'):.2f} ({g['config'] if g else '-'}) |")
     return 0

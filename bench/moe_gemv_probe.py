@@ -30,6 +30,7 @@ from bench.moe.gemv_space import candidate_configs  # noqa: E402
 from bench.moe.kernel_source import load_definitions, load_kernel  # noqa: E402
 from bench.moe.problem import Inputs, ShapeCtx, dequant_a, dequant_w  # noqa: E402
 from bench.moe.timing import measure_copy_bandwidth, run_config, time_graph  # noqa: E402
+from bench.norm_quant_probe import group_quant  # noqa: E402
 
 FP8_MAX = torch.finfo(torch.float8_e4m3fn).max
 TOLERANCE = 5e-2  # the harness's (bench/moe/problem.check): fp8 products summed over K=2,560-7,168
@@ -127,12 +128,7 @@ def silu_unfused(X: torch.Tensor, K: int, ue8m0: bool = True) -> tuple[torch.Ten
     X's dtype, times up, rounded again), then per_token_group_quant_fp8's formula, UE8M0 scales as DeepGEMM's E8M0
     asks on Hopper: (FP8 values, float32 scales)."""
     act = (torch.nn.functional.silu(X[:, :K].float()).to(X.dtype).float() * X[:, K:].float()).to(X.dtype)
-    g = act.float().view(X.shape[0], -1, 128)
-    scale = g.abs().amax(dim=2).clamp_min(1e-10) * (1.0 / FP8_MAX)
-    if ue8m0:
-        scale = torch.exp2(torch.ceil(torch.log2(scale)))
-    q = (g / scale[..., None]).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
-    return q.view(X.shape[0], K), scale.contiguous()
+    return group_quant(act, ue8m0)
 
 
 def probe_silu(ctx: ShapeCtx, gmod, M: int, plain: dict, space: str) -> dict:

@@ -24,7 +24,8 @@ serving/settings.py, written only where the setting departs from vLLM's own choi
   thousands of rows. `compile_sizes` gives the decode sizes up to this many tokens graphs of their own (vLLM's
   CUDA-graph sizes: 1, 2, 4, 8, ...), at the cost of compile time at start. In kernel probe 22c one token's norm and
   quantization took 2.9 µs compiled for that size, against 4.6 µs in the engine's graph for every size (run 23).
-  0 until the engine bench measures it (arm `image-compile-decode-sizes`).
+  Off: at 8 the Qwen3-Coder EP8 shard's one-client step was slower in the engine (ITL 3.84 against 3.71 ms) and its
+  start took 515 against 225 s (run 24, arm `image-compile-decode-sizes`).
 
 Not applied on the CPU build, with enforce_eager (nothing is compiled), or where the user's compilation_config already
 makes the choice; each case leaves a note in the start log. `compiled` and `compile_decode_tokens` are also not
