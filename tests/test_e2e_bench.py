@@ -834,6 +834,27 @@ def test_the_summary_puts_the_image_against_each_peer():
     assert "| qwen3-coder-480b-tp8-tensor.sglang | 100.0 | - | not counted | - |" in md
 
 
+def test_every_image_arm_is_set_against_the_peer_measured_beside_it():
+    """A run of image-candidates against SGLang, with no image or stock arm (run 25's plan): its peer table has
+    image-candidates/sglang rows, paired per repetition; with the image arm too, each image arm gets its rows."""
+    res = json.loads(H200_RUN_3.read_text())
+    m = res["models"]["qwen3-coder-480b-tp8-tensor"]
+    reps = m["reps"]
+    m["reps"] = {"image-candidates": reps["image"], "sglang": reps["stock"]}
+    m.pop("cross_check", None)
+    md = report.summarize(res)
+    rows = [ln.split("|") for ln in md.splitlines() if ln.startswith("| qwen3-coder-480b-tp8-tensor | image")]
+    assert rows and {r[2].strip() for r in rows} == {"image-candidates/sglang"}
+    ratios = report.paired_ratios([res], "qwen3-coder-480b-tp8-tensor", "throughput", "tok_s", "1",
+                                  "image-candidates", "sglang")
+    one = next(r for r in rows if r[3].strip() == "tok_s" and r[4].strip() == "1")
+    assert len(ratios) == len(reps["image"]) and float(one[7]) == round(statistics.median(ratios), 3)
+    m["reps"]["image"] = reps["stock"]
+    labels = {ln.split("|")[2].strip() for ln in report.summarize(res).splitlines()
+              if ln.startswith("| qwen3-coder-480b-tp8-tensor | image")}
+    assert {"image/sglang", "image-candidates/sglang"} <= labels
+
+
 def test_models_only_makes_the_models_a_later_run_reuses_and_starts_nothing(tmp_path, capsys):
     """--models-only (tools/h200_session.sh prep, while the peers' parts still arrive): the chosen models are made
     in --models-dir under the names the run gives them, the peers' runtimes are not asked for, nothing else is

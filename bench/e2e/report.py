@@ -121,16 +121,16 @@ def ratio_rows(results: dict, mname: str, arm: str, base: str, label: str) -> li
 
 
 def peer_table(results: dict) -> list[str]:
-    """The image against each peer measured beside it: per figure the median of the repetitions' image/peer ratios
-    (output tokens/s above 1.0, times below 1.0 favour the image) and their range."""
+    """Each image arm against each peer measured beside it: per figure the median of the repetitions' arm/peer
+    ratios (output tokens/s above 1.0, times below 1.0 favour the image) and their range."""
     rows = []
     for mname, m in results["models"].items():
         reps = m.get("reps", {})
-        for peer in [p for p in PEER_ARMS if reps.get(p) and reps.get("image")]:
-            rows += ratio_rows(results, mname, "image", peer, f"image/{peer}")
+        for arm, peer in image_peer_pairs(reps):
+            rows += ratio_rows(results, mname, arm, peer, f"{arm}/{peer}")
     if not rows:
         return []
-    return ["", "| model | versus | metric | clients | peer | image | image/peer median | paired ratio range |",
+    return ["", "| model | versus | metric | clients | peer | image arm | arm/peer median | paired ratio range |",
             "|---|---|---|---|---|---|---|---|"] + rows
 
 
@@ -173,7 +173,7 @@ def cross_check_table(results: dict) -> list[str]:
                         errors.append(f"{mname} {arm} repetition {i}, {conc} clients: "
                                       f"{req.get('error') or str(req['failed']) + ' requests failed'}")
         pairs = [(arm, "stock") for arm in image_arms(cc) if cc.get(arm) and cc.get("stock")]
-        pairs += [("image", peer) for peer in PEER_ARMS if cc.get(peer) and cc.get("image")]
+        pairs += image_peer_pairs(cc)
         for arm, base in pairs:
             for kind, metric in CROSS_CHECK_FIGURES:
                 for conc in sorted({c for rep in cc[arm] for c in rep[kind]}, key=int):
@@ -195,6 +195,13 @@ def cross_check_table(results: dict) -> list[str]:
 def image_arms(recorded: dict) -> list[str]:
     """The arms set against stock, as recorded (an arm a later tree renamed or dropped stays readable)."""
     return [a for a in recorded if a != "stock" and a not in PEER_ARMS]
+
+
+def image_peer_pairs(recorded: dict) -> list[tuple[str, str]]:
+    """(image arm, peer) for every image arm and peer with recorded repetitions: each image arm is set against each
+    peer measured beside it."""
+    return [(arm, peer) for arm in image_arms(recorded) if recorded.get(arm)
+            for peer in PEER_ARMS if recorded.get(peer)]
 
 
 def summarize(results: dict) -> str:
