@@ -26,7 +26,9 @@ This bench times, per shape and token count, the kernels vLLM already ships for 
 Each arm's first call in each case is timed on the wall clock (`first_call_ms`: a JIT compile, such as cuteDSL's
 or Triton's for a new config, shows there). Each kernel then runs 100 times in one CUDA graph, the graphs replayed
 in turn 7 times (bench/cuda_graph_timing.py): microseconds per call, the median and range of each candidate over
-the baseline (F.linear; CUTLASS). Every output is compared with a float32 reference. Prints markdown tables, writes decode_gemm.json and decode_gemm.md.
+the baseline (F.linear; CUTLASS). The calls of a graph take their weights in turn from copies that together exceed
+L2 (`weight_sets`), so that each call reads them from HBM, as a decode step reads each layer's. Every output is
+compared with a float32 reference. Prints markdown tables, writes decode_gemm.json and decode_gemm.md.
 """
 from __future__ import annotations
 
@@ -69,6 +71,23 @@ GEMV_GRID = [dict(BLOCK_SIZE_N=n, BLOCK_SIZE_K=k, num_warps=4, num_stages=st)
 QUICK_GEMV_GRID = [c for c in GEMV_GRID if c["num_stages"] == 3 and c["BLOCK_SIZE_N"] in (4, 8)]
 GEMV_MAX_TOKENS = 4
 FUSED = "split-K quantizing"  # the arm of patch 0010's fused_input_quant: the split-K kernel on the bf16 input
+# The bytes a graph's calls read their weights from, in copies taken in turn: over the H200's 50 MB of L2, so that
+# the weights come from HBM (as in a decode step, which reads every layer's once) and not from L2.
+ROTATED_WEIGHT_BYTES = 200 << 20
+
+
+def weight_sets(*tensors: torch.Tensor, total: int = ROTATED_WEIGHT_BYTES) -> list[tuple[torch.Tensor, ...]]:
+    """The tensors and enough copies of them (same values, other memory) that all the sets together hold at least
+    `total` bytes; the first set is the tensors themselves."""
+    size = sum(t.numel() * t.element_size() for t in tensors)
+    return [tensors] + [tuple(t.clone() for t in tensors) for _ in range(-(-total // size) - 1)]
+
+
+def rotating(call, sets: list[tuple[torch.Tensor, ...]]):
+    """A zero-argument call of `call(*set)`, each call with the next set: the first call (the reference check) the
+    first set, the calls a CUDA graph captures one set after another."""
+    turn = itertools.cycle(sets)
+    return lambda: call(*next(turn))
 
 
 def shard_shapes(presets=SHARD_PRESETS) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[int, int]]]:
@@ -133,13 +152,14 @@ def router_cases(tokens, presets, out: dict, rows: list[str]) -> None:
     full = {name: shape for name, shape in ROUTERS.items() if any(p.startswith(name) for p in presets)}
     for name, (k, n) in {**full, **local}.items():
         w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
+        sets = weight_sets(w)
         for m in tokens:
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             ref = x.float() @ w.float().T
-            arms = {"F.linear bf16": lambda x=x: torch.nn.functional.linear(x, w),
-                    "mm fp32": lambda x=x: torch.mm(x, w.T, out_dtype=torch.float32)}
+            arms = {"F.linear bf16": rotating(lambda w, x=x: torch.nn.functional.linear(x, w), sets),
+                    "mm fp32": rotating(lambda w, x=x: torch.mm(x, w.T, out_dtype=torch.float32), sets)}
             if ll_ok and m <= LL_BF16_MAX_TOKENS and k % 8 == 0:
-                arms["ll_bf16_gemm"] = lambda x=x: ll_bf16.ll_bf16_gemm(x, w)
+                arms["ll_bf16_gemm"] = rotating(lambda w, x=x: ll_bf16.ll_bf16_gemm(x, w), sets)
             failed, first_ms = {}, {}
             errors = working(arms, ref, failed, first_ms)
             us, ratio = timed(arms, "F.linear bf16")
@@ -189,6 +209,7 @@ def dense_cases(tokens, presets, grid, split_grid, out: dict, rows: list[str], g
         w = (torch.randn(n, k, device="cuda") * 0.5).to(torch.float8_e4m3fn)
         ws = torch.rand(n // BLOCK, k // BLOCK, device="cuda") * 1e-2 + 1e-3
         w_ref = w.float() * ws.repeat_interleave(BLOCK, 0).repeat_interleave(BLOCK, 1)
+        sets = weight_sets(w, ws)
         for m in tokens:
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             # each kernel's activation layout as vLLM's linear method quantizes it: column-major scales for CUTLASS
@@ -196,45 +217,48 @@ def dense_cases(tokens, presets, grid, split_grid, out: dict, rows: list[str], g
             xq_t, xs_t = fp8_utils.per_token_group_quant_fp8(x, BLOCK)
             ref = (xq_t.float() * xs_t.repeat_interleave(BLOCK, 1)) @ w_ref.T
 
-            def cutlass():
+            # each arm a call of one weight set (w, ws), made a zero-argument call over the rotated sets
+
+            def cutlass(w, ws):
                 return cutlass_scaled_mm(xq_c, w, xs_c, ws, [BLOCK, BLOCK], torch.bfloat16)
 
             def triton_with(config):
-                def run():
+                def run(w, ws):
                     with triton_config(fp8_utils, config):
                         return fp8_utils.w8a8_triton_block_scaled_mm(xq_t, w, xs_t, ws, [BLOCK, BLOCK],
                                                                      torch.bfloat16)
-                return run
+                return rotating(run, sets)
 
             def split_k_with(config):
-                return lambda: fp8_utils.lmi_block_fp8_small_m_mm(xq_t, w, xs_t, ws, [BLOCK, BLOCK], config,
-                                                                  torch.bfloat16)
+                return rotating(lambda w, ws: fp8_utils.lmi_block_fp8_small_m_mm(
+                    xq_t, w, xs_t, ws, [BLOCK, BLOCK], config, torch.bfloat16), sets)
 
             def gemv_with(config):
-                return lambda: fp8_utils.lmi_block_fp8_gemv(xq_t, w, xs_t, ws, [BLOCK, BLOCK], config, torch.bfloat16)
+                return rotating(lambda w, ws: fp8_utils.lmi_block_fp8_gemv(
+                    xq_t, w, xs_t, ws, [BLOCK, BLOCK], config, torch.bfloat16), sets)
 
-            def image():
+            def image(w, ws):
                 return image_op(xq_c, w, xs_c, ws, [BLOCK, BLOCK], torch.bfloat16)
 
-            def quant_then_cutlass():  # a layer whose input no fusion pass quantizes (o_proj): two kernels
+            def quant_then_cutlass(w, ws):  # a layer whose input no fusion pass quantizes (o_proj): two kernels
                 xq, xs = fp8_utils.per_token_group_quant_fp8(x, BLOCK, column_major_scales=True, use_ue8m0=False)
                 return cutlass_scaled_mm(xq, w, xs, ws, [BLOCK, BLOCK], torch.bfloat16)
 
             def split_k_quantizing(config):  # patch 0010's fused_input_quant: the bf16 input, one kernel
-                return lambda: fp8_utils.lmi_block_fp8_small_m_mm(x, w, None, ws, [BLOCK, BLOCK], config,
-                                                                  torch.bfloat16)
+                return rotating(lambda w, ws: fp8_utils.lmi_block_fp8_small_m_mm(
+                    x, w, None, ws, [BLOCK, BLOCK], config, torch.bfloat16), sets)
 
             best = best_of(grid, triton_with)
             best_split = best_of(split_grid, split_k_with)
             best_gemv = best_of([c for c in gemv_grid if gemv_tiles(c, n, k)], gemv_with) \
                 if m <= GEMV_MAX_TOKENS else None
-            arms = {"cutlass": cutlass, "image": image, "triton": triton_with(None)}
+            arms = {"cutlass": rotating(cutlass, sets), "image": rotating(image, sets), "triton": triton_with(None)}
             image_config = fp8_utils.lmi_small_m_config(m, n, k, [BLOCK, BLOCK])
             if best is not None:
                 arms["triton tuned"] = triton_with(best)
             if best_split is not None:
                 arms["triton split-K"] = split_k_with(best_split)
-                arms["quant + cutlass"] = quant_then_cutlass
+                arms["quant + cutlass"] = rotating(quant_then_cutlass, sets)
                 arms[FUSED] = split_k_quantizing(best_split)
             if best_gemv is not None:
                 arms["GEMV"] = gemv_with(best_gemv)

@@ -63,3 +63,27 @@ def test_the_gemv_grid_holds_dicts_patch_0010_accepts_for_each_shape():
             except ValueError:
                 accepted = False
             assert accepted == (c in tiling), (name, c)
+
+
+def test_a_graphs_calls_take_their_weights_in_turn_from_sets_larger_than_l2():
+    """weight_sets: the weights themselves first, then copies (same values, other memory) until the sets hold
+    ROTATED_WEIGHT_BYTES; rotating: each call takes the next set, the first call the weights themselves (the one
+    the reference check sees), and comes round again after the last."""
+    import torch
+
+    w = torch.ones(256, 512, dtype=torch.bfloat16)  # 256 KiB
+    ws = torch.full((2, 4), 0.5)
+    sets = bench.weight_sets(w, ws, total=1 << 20)
+    assert len(sets) == 4 and sets[0][0] is w and sets[0][1] is ws
+    assert sum(t.numel() * t.element_size() for s in sets for t in s) >= 1 << 20
+    assert len({s[0].data_ptr() for s in sets}) == 4 and all(torch.equal(s[0], w) and torch.equal(s[1], ws)
+                                                             for s in sets)
+    seen = []
+    call = bench.rotating(lambda a, b: seen.append(a.data_ptr()) or a, sets)
+    assert call() is w
+    for _ in range(4):
+        call()
+    assert seen == [s[0].data_ptr() for s in sets] + [w.data_ptr()]
+    # the H200 default: even the largest dense weight of a shard (the Coder's qkv, 88 MB) comes in 3 sets
+    assert bench.ROTATED_WEIGHT_BYTES > 50 << 20
+    assert len(bench.weight_sets(torch.empty(14336, 6144, dtype=torch.uint8))) == 3
