@@ -4,6 +4,7 @@ The check scripts run what must not share the test process: Triton's interpreter
 Triton is imported) or vLLM's single-rank distributed state."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -11,6 +12,19 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+@contextlib.contextmanager
+def env_set(name: str, value: str):
+    """name=value in os.environ inside the block (a check script's switch), the earlier value or none after it."""
+    saved = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        os.environ.pop(name)
+        if saved is not None:
+            os.environ[name] = saved
 
 
 def run_check(script: str, *, triton_interpret: bool = False, timeout: int = 600) -> dict:

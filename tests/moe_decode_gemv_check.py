@@ -19,6 +19,7 @@ import os
 import torch
 
 from bench.moe_gemv_probe import load_gemv
+from check_script import env_set  # this script's folder comes first on its path
 from bench.moe.problem import Inputs, Weights, reference
 
 SHAPE = dict(E=4, topk=2, H=512, N=256, block=[128, 128])
@@ -108,11 +109,11 @@ def dispatch_part() -> dict:
             True, False, False, False, False, list(block) if block else None)
         return calls.pop()
 
-    out = {"naive": call(dict(base, GEMV=GEMV)),
-           "naive, expert-map switch": with_env(fm.LMI_MOE_DECODE_GEMV_EXPERT_MAP_ENV, "1",
-                                                lambda: call(dict(base, GEMV=GEMV))),
-           "aligned": call(dict(base, GEMV=GEMV), sorted_ids=torch.arange(4, dtype=torch.int32)),
-           "no key": call(dict(base))}
+    out = {"naive": call(dict(base, GEMV=GEMV))}
+    with env_set(fm.LMI_MOE_DECODE_GEMV_EXPERT_MAP_ENV, "1"):
+        out["naive, expert-map switch"] = call(dict(base, GEMV=GEMV))
+    out.update({"aligned": call(dict(base, GEMV=GEMV), sorted_ids=torch.arange(4, dtype=torch.int32)),
+                "no key": call(dict(base))})
     os.environ[fm.LMI_MOE_DECODE_GEMV_ENV] = "0"
     out["switch off"] = call(dict(base, GEMV=GEMV))
     os.environ[fm.LMI_MOE_DECODE_GEMV_ENV] = "sometimes"
@@ -124,14 +125,6 @@ def dispatch_part() -> dict:
     os.environ.pop(fm.LMI_MOE_DECODE_GEMV_ENV)
     out["expert map"] = expert_map_part(fm, base)
     return out
-
-
-def with_env(name: str, value: str, fn):
-    os.environ[name] = value
-    try:
-        return fn()
-    finally:
-        os.environ.pop(name)
 
 
 def expert_map_part(fm, base: dict) -> dict:

@@ -23,6 +23,7 @@ import torch
 
 from bench.moe.kernel_source import load_definitions
 from bench.moe_gemv_probe import GEMV_DEFINITIONS, SILU_DEFINITIONS
+from check_script import env_set  # this script's folder comes first on its path
 
 GEMV = {"BLOCK_SIZE_N": 8, "BLOCK_SIZE_K": 256, "num_warps": 4, "num_stages": 2}
 FP8_MAX, EPS = 448.0, 1e-10
@@ -127,16 +128,11 @@ def apply_part() -> dict:
                              (fm.LMI_MOE_DECODE_GEMV_ENV, "0", "gemv off"),
                              (fm.LMI_MOE_DECODE_GEMV_EXPERT_MAP_ENV, "1", "expert-map switch"),
                              (fm.LMI_MOE_DECODE_GEMV_SILU_ENV, "later", "bad switch")):
-        saved = os.environ.get(env)
-        os.environ[env] = value
-        try:
-            out[case] = run()
-        except ValueError as e:
-            out[case] = str(e)
-        finally:
-            os.environ.pop(env)
-            if saved is not None:
-                os.environ[env] = saved
+        with env_set(env, value):
+            try:
+                out[case] = run()
+            except ValueError as e:
+                out[case] = str(e)
     os.environ.pop(fm.LMI_MOE_DECODE_GEMV_SILU_ENV)
     return out
 
