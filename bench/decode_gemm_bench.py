@@ -78,9 +78,9 @@ ROTATED_WEIGHT_BYTES = 200 << 20
 
 def weight_sets(*tensors: torch.Tensor, total: int = ROTATED_WEIGHT_BYTES) -> list[tuple[torch.Tensor, ...]]:
     """The tensors and enough copies of them (same values, other memory) that all the sets together hold at least
-    `total` bytes; the first set is the tensors themselves."""
+    `total` bytes, but no more sets than a graph's CALLS calls take; the first set is the tensors themselves."""
     size = sum(t.numel() * t.element_size() for t in tensors)
-    return [tensors] + [tuple(t.clone() for t in tensors) for _ in range(-(-total // size) - 1)]
+    return [tensors] + [tuple(t.clone() for t in tensors) for _ in range(min(-(-total // size), CALLS) - 1)]
 
 
 def rotating(call, sets: list[tuple[torch.Tensor, ...]]):
@@ -218,7 +218,6 @@ def dense_cases(tokens, presets, grid, split_grid, out: dict, rows: list[str], g
             ref = (xq_t.float() * xs_t.repeat_interleave(BLOCK, 1)) @ w_ref.T
 
             # each arm a call of one weight set (w, ws), made a zero-argument call over the rotated sets
-
             def cutlass(w, ws):
                 return cutlass_scaled_mm(xq_c, w, xs_c, ws, [BLOCK, BLOCK], torch.bfloat16)
 

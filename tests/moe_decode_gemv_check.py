@@ -19,8 +19,8 @@ import os
 import torch
 
 from bench.moe_gemv_probe import load_gemv
-from check_script import env_set  # this script's folder comes first on its path
 from bench.moe.problem import Inputs, Weights, reference
+from check_script import env_set  # this script's folder comes first on its path
 
 SHAPE = dict(E=4, topk=2, H=512, N=256, block=[128, 128])
 GEMV = {"BLOCK_SIZE_N": 8, "BLOCK_SIZE_K": 256, "num_warps": 4, "num_stages": 2}
