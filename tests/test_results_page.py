@@ -141,6 +141,22 @@ def test_the_coder_ep8_no_nvcc_and_compile_sizes_figures_are_the_recorded_run_24
     assert f"ITL {itl['image-compile-decode-sizes']:.2f} against {itl['image-no-nvcc']:.2f} ms" in words
 
 
+def test_the_committed_gemv_figures_are_the_recorded_kernel_probe_25():
+    """The archive's run-25 table (0010's split-K and GEMV kernels as committed) and the index row's ratios are
+    kernel probe 25's."""
+    probe = json.loads((ROOT / "bench" / "data" / "h200_dense_gemv_probe" / "probe_25.json").read_text())
+    section = archived("25")
+    names = {"coder-qkv": "Coder qkv", "coder-o-proj": "Coder o_proj", "235b-o-proj": "235B o_proj"}
+    for r in probe["rows"]:
+        row = next(ln.replace("**", "") for ln in section.splitlines() if ln.startswith(f"| {names[r['shape']]}")
+                   and ln.split("|")[1].strip().endswith(f", {r['M']}"))
+        assert f"| {r['small_m']['us']:.2f} |" in row and f"{r['gemv']['us']:.2f} (" in row, row
+    index_row = next(ln for ln in PAGE.splitlines() if ln.startswith("| run 25 |"))
+    ratio = {(r["shape"], r["M"]): r["gemv"]["us"] / r["small_m"]["us"] for r in probe["rows"]}
+    for key in (("coder-qkv", 1), ("coder-o-proj", 1), ("235b-o-proj", 1), ("235b-o-proj", 2)):
+        assert f"{ratio[key]:.2f}x" in index_row, key
+
+
 def test_index_names_every_run_of_the_archive_and_its_data():
     index = PAGE.split("## Index of runs")[1]
     runs = re.findall(r"^### Run (\d+)\b", ARCHIVE, re.M)
