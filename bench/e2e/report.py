@@ -120,34 +120,40 @@ def ratio_rows(results: dict, mname: str, arm: str, base: str, label: str) -> li
     return rows
 
 
+def pairs_table(results: dict, header: str, pairs) -> list[str]:
+    """A table of ratio_rows under `header`, for each model the (arm, base, label) triples pairs(reps) gives for its
+    recorded repetitions; nothing where no row was measured."""
+    rows = [row for mname, m in results["models"].items() for arm, base, label in pairs(m.get("reps", {}))
+            for row in ratio_rows(results, mname, arm, base, label)]
+    return ["", header, "|---|---|---|---|---|---|---|---|", *rows] if rows else []
+
+
+def stock_table(results: dict) -> list[str]:
+    """Each image arm against stock, where stock was measured."""
+    def pairs(reps: dict) -> list[tuple[str, str, str]]:
+        return [(a, "stock", a) for a in image_arms(reps) if reps.get(a)] if reps.get("stock") else []
+    return pairs_table(results, "| model | arm | metric | clients | stock | arm | arm/stock median | "
+                       "paired ratio range |", pairs)
+
+
 def peer_table(results: dict) -> list[str]:
     """Each image arm against each peer measured beside it: per figure the median of the repetitions' arm/peer
     ratios (output tokens/s above 1.0, times below 1.0 favour the image) and their range."""
-    rows = []
-    for mname, m in results["models"].items():
-        reps = m.get("reps", {})
-        for arm, peer in image_peer_pairs(reps):
-            rows += ratio_rows(results, mname, arm, peer, f"{arm}/{peer}")
-    if not rows:
-        return []
-    return ["", "| model | versus | metric | clients | peer | image arm | arm/peer median | paired ratio range |",
-            "|---|---|---|---|---|---|---|---|"] + rows
+    def pairs(reps: dict) -> list[tuple[str, str, str]]:
+        return [(a, p, f"{a}/{p}") for a, p in image_peer_pairs(reps)]
+    return pairs_table(results, "| model | versus | metric | clients | peer | image arm | arm/peer median | "
+                       "paired ratio range |", pairs)
 
 
 def without_stock_table(results: dict) -> list[str]:
     """A model measured without stock (one switch against the image): every other image arm against the image arm,
     paired by repetition as against stock."""
-    rows = []
-    for mname, m in results["models"].items():
-        reps = m.get("reps", {})
+    def pairs(reps: dict) -> list[tuple[str, str, str]]:
         if reps.get("stock") or not reps.get("image"):
-            continue
-        for arm in [a for a in image_arms(reps) if a != "image" and reps.get(a)]:
-            rows += ratio_rows(results, mname, arm, "image", f"{arm}/image")
-    if not rows:
-        return []
-    return ["", "| model | versus | metric | clients | image | arm | arm/image median | paired ratio range |",
-            "|---|---|---|---|---|---|---|---|"] + rows
+            return []
+        return [(a, "image", f"{a}/image") for a in image_arms(reps) if a != "image" and reps.get(a)]
+    return pairs_table(results, "| model | versus | metric | clients | image | arm | arm/image median | "
+                       "paired ratio range |", pairs)
 
 
 def _median_range(ratios: list[float]) -> str:
@@ -206,14 +212,7 @@ def image_peer_pairs(recorded: dict) -> list[tuple[str, str]]:
 
 def summarize(results: dict) -> str:
     """e2e.md from e2e.json's results."""
-    rows = []
-    for mname, m in results["models"].items():
-        reps = m.get("reps", {})
-        if reps.get("stock"):
-            for arm in [a for a in image_arms(reps) if reps.get(a)]:
-                rows += ratio_rows(results, mname, arm, "stock", arm)
-    out = ["| model | arm | metric | clients | stock | arm | arm/stock median | paired ratio range |",
-           "|---|---|---|---|---|---|---|---|", *rows] if rows else []
+    out = stock_table(results)
     out += without_stock_table(results)
     out += peer_table(results)
     out += cross_check_table(results)
