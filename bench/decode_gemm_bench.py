@@ -26,9 +26,9 @@ This bench times, per shape and token count, the kernels vLLM already ships for 
 Each arm's first call in each case is timed on the wall clock (`first_call_ms`: a JIT compile, such as cuteDSL's
 or Triton's for a new config, shows there). Each kernel then runs 100 times in one CUDA graph, the graphs replayed
 in turn 7 times (bench/cuda_graph_timing.py): microseconds per call, the median and range of each candidate over
-the baseline (F.linear; CUTLASS). The calls of a graph take their weights in turn from copies that together exceed
-L2 (`weight_sets`), so that each call reads them from HBM, as a decode step reads each layer's. Every output is
-compared with a float32 reference. Prints markdown tables, writes decode_gemm.json and decode_gemm.md.
+the baseline (F.linear; CUTLASS). The calls of a graph take their weights in turn from copies that together hold
+three times L2 (`weight_sets`), so that each call reads them from HBM, as a decode step reads each layer's. Every
+output is compared with a float32 reference. Prints markdown tables, writes decode_gemm.json and decode_gemm.md.
 """
 from __future__ import annotations
 
@@ -45,6 +45,7 @@ import torch
 
 from bench.cuda_graph_timing import CALLS, REPS, graph_of, in_turn, time_us
 from bench.dense_gemv_probe import gemv_tiles
+from bench.moe.problem import L2_BYTES
 from serving.paths import CONFIGS_DIR
 
 BLOCK = 128
@@ -71,9 +72,10 @@ GEMV_GRID = [dict(BLOCK_SIZE_N=n, BLOCK_SIZE_K=k, num_warps=4, num_stages=st)
 QUICK_GEMV_GRID = [c for c in GEMV_GRID if c["num_stages"] == 3 and c["BLOCK_SIZE_N"] in (4, 8)]
 GEMV_MAX_TOKENS = 4
 FUSED = "split-K quantizing"  # the arm of patch 0010's fused_input_quant: the split-K kernel on the bf16 input
-# The bytes a graph's calls read their weights from, in copies taken in turn: over the H200's 50 MB of L2, so that
-# the weights come from HBM (as in a decode step, which reads every layer's once) and not from L2.
-ROTATED_WEIGHT_BYTES = 200 << 20
+# The bytes a graph's calls read their weights from, in copies taken in turn: three times L2, the kernel harness's
+# rotation (bench.moe.problem.n_sets_for), so that the weights come from HBM (as in a decode step, which reads every
+# layer's once) and not from L2.
+ROTATED_WEIGHT_BYTES = 3 * L2_BYTES
 
 
 def weight_sets(*tensors: torch.Tensor, total: int = ROTATED_WEIGHT_BYTES) -> list[tuple[torch.Tensor, ...]]:
