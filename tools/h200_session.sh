@@ -206,14 +206,13 @@ all)
             E2E_ARGS=$(echo " ${E2E_ARGS:-} " | sed "s/ image-candidates / /g")
         fi
     fi
-    if [ -d "$RES/gemv" ]; then
-        step "waiting for the GEMV probe (its GPU timings must not share the GPU)"
-        wait_for "$RES/gemv/DONE" gemv-probe || echo "GEMV probe failed: $RES/gemv/probe.log"
-    fi
-    if [ -d "$RES/dense-gemv" ]; then
-        step "waiting for the dense GEMV probe (its GPU timings must not share the GPU)"
-        wait_for "$RES/dense-gemv/DONE" dense-gemv-probe || echo "dense GEMV probe failed: $RES/dense-gemv/probe.log"
-    fi
+    # the host-stack probes started beside the staging calls (their results folder, their subcommand)
+    for probe in gemv:gemv-probe dense-gemv:dense-gemv-probe; do
+        dir=$RES/${probe%%:*} sub=${probe#*:}
+        [ -d "$dir" ] || continue
+        step "waiting for $sub (its GPU timings must not share the GPU)"
+        wait_for "$dir/DONE" "$sub" || echo "$sub failed: $dir/probe.log"
+    done
     if [ -d "$RES/kernels" ]; then
         step "waiting for the config tune (its GPU timings must not share the GPU)"
         wait_for "$RES/kernels/DONE" tune && export LMI_CONFIGS_DIR="$RES/kernels/configs" || echo "tune failed: shipped configs only"
