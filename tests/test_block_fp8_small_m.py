@@ -124,21 +124,24 @@ def test_a_shipped_small_m_file_loads_through_the_patched_parser(path):
     assert entries[max(entries)] is not None  # a trailing null would only restate CUTLASS above the largest entry
 
 
-def test_the_dense_gemv_probe_tries_what_the_patch_accepts():
-    """bench/dense_gemv_probe.py's GEMV dicts: those it times for a shape are those patch 0010's check accepts for
-    it, so a dict a probe picks can go into a small-M file as it is."""
+def test_the_benches_try_the_gemv_dicts_the_patch_accepts():
+    """The GEMV dicts bench/dense_gemv_probe.py (its spaces, its shapes) and bench/decode_gemm_bench.py (its grid,
+    the shards' dense shapes) time for a shape are those patch 0010's check accepts for it (their shared rule,
+    gemv_tiles), so a dict either picks can go into a small-M file as it is."""
     from vllm.model_executor.layers.quantization.utils.fp8_utils import lmi_check_gemv_entry
 
+    from bench import decode_gemm_bench as decode
     from bench import dense_gemv_probe as probe
 
-    for N, K in probe.SHAPES.values():
-        for gemv in (g for space in probe.SPACES.values() for g in space):
-            try:
-                lmi_check_gemv_entry("probe", gemv, N, K, 128, 128)
-                accepted = True
-            except ValueError:
-                accepted = False
-            assert accepted == probe.gemv_tiles(gemv, N, K), (N, K, gemv)
+    cases = [(N, K, g) for N, K in probe.SHAPES.values() for space in probe.SPACES.values() for g in space]
+    cases += [(N, K, g) for N, K in decode.shard_shapes()[0].values() for g in decode.GEMV_GRID]
+    for N, K, gemv in cases:
+        try:
+            lmi_check_gemv_entry("probe", gemv, N, K, 128, 128)
+            accepted = True
+        except ValueError:
+            accepted = False
+        assert accepted == probe.gemv_tiles(gemv, N, K), (N, K, gemv)
 
 
 GEMV_PROBES = ROOT / "bench" / "data" / "h200_dense_gemv_probe"
