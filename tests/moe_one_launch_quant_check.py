@@ -10,37 +10,24 @@ vLLM's CUDA op on the H200.
 """
 from __future__ import annotations
 
-import ast
-import functools
 import importlib.util
 import json
 import os
-import types
 
 import torch
-import triton
-import triton.language as tl
+
+from bench.moe.kernel_source import load_definitions
 
 NAMES = ("LMI_FP8_MOE_ONE_LAUNCH_QUANT_ENV", "_ONE_LAUNCH_QUANT_BLOCKS", "_lmi_one_launch_quant_enabled",
          "_per_tensor_fp8_quant_one_launch_kernel", "_one_launch_quant_block")
 
 
-def load_patched() -> types.SimpleNamespace:
+def load_patched():
     path = importlib.util.find_spec("vllm").submodule_search_locations[0] + "/model_executor/layers/fused_moe/utils.py"
-    tree = ast.parse(open(path).read())
-    found = {}
-    for node in tree.body:
-        name = (node.name if isinstance(node, ast.FunctionDef)
-                else node.targets[0].id if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
-                else None)
-        if name in NAMES:
-            found[name] = node
-    missing = set(NAMES) - set(found)
-    if missing:
-        raise SystemExit(f"{path} lacks {sorted(missing)}: patch 0006 is not applied")
-    ns = {"triton": triton, "tl": tl, "torch": torch, "os": os, "functools": functools}
-    exec(compile(ast.Module(body=list(found.values()), type_ignores=[]), path, "exec"), ns)
-    return types.SimpleNamespace(**{n: ns[n] for n in NAMES})
+    try:
+        return load_definitions(path, NAMES, "one_launch_quant")
+    except RuntimeError as e:  # a name not found
+        raise SystemExit(f"{e}: patch 0006 is not applied")
 
 
 utils = load_patched()

@@ -12,38 +12,25 @@ bench/router_topk_bench.py compares the kernel with vLLM's CUDA op itself on the
 """
 from __future__ import annotations
 
-import ast
-import functools
 import importlib.util
 import json
 import os
-import types
 
 import torch
-import triton
-import triton.language as tl
+
+from bench.moe.kernel_source import load_definitions
 
 NAMES = ("LMI_MOE_ONE_PASS_TOPK_ENV", "_ONE_PASS_TOPK_MAX_TOKENS", "_ONE_PASS_TOPK_MAX_EXPERTS",
          "_lmi_one_pass_topk_enabled", "_topk_softmax_one_pass_kernel", "_launch_one_pass_topk")
 
 
-def load_patched() -> types.SimpleNamespace:
+def load_patched():
     path = (importlib.util.find_spec("vllm").submodule_search_locations[0]
             + "/model_executor/layers/fused_moe/router/fused_topk_router.py")
-    tree = ast.parse(open(path).read())
-    found = {}
-    for node in tree.body:
-        name = (node.name if isinstance(node, ast.FunctionDef)
-                else node.targets[0].id if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
-                else None)
-        if name in NAMES:
-            found[name] = node
-    missing = set(NAMES) - set(found)
-    if missing:
-        raise SystemExit(f"{path} lacks {sorted(missing)}: patch 0007 is not applied")
-    ns = {"triton": triton, "tl": tl, "torch": torch, "os": os, "functools": functools}
-    exec(compile(ast.Module(body=list(found.values()), type_ignores=[]), path, "exec"), ns)
-    return types.SimpleNamespace(**{n: ns[n] for n in NAMES})
+    try:
+        return load_definitions(path, NAMES, "one_pass_topk")
+    except RuntimeError as e:  # a name not found
+        raise SystemExit(f"{e}: patch 0007 is not applied")
 
 
 router = load_patched()

@@ -104,6 +104,10 @@ def load_generated(code: str, prefix: str):
     return mod, sha
 
 
+# what a cut definition may use beyond the header's modules: a switch's environment lookup, its cache, annotations
+_DEFINITIONS_IMPORTS = "import functools\nimport os\nfrom typing import Any\n\n\n"
+
+
 def load_definitions(py_file: str, names, prefix: str):
     """The named top-level definitions of a vLLM source file (e.g. a Triton kernel and its launcher) as a module of
     their own that imports the real Triton, not vLLM's placeholder for it (vLLM disables Triton on a CPU build, where
@@ -113,7 +117,7 @@ def load_definitions(py_file: str, names, prefix: str):
     if missing:
         raise RuntimeError(f"{py_file}: definitions not found: {sorted(missing)}")
     return load_generated(f"# generated from {os.path.basename(py_file)}\n" + _GENERATED_HEADER
-                          + "from typing import Any\n\n\n" + "\n\n".join(parts), prefix)[0]
+                          + _DEFINITIONS_IMPORTS + "\n\n".join(parts), prefix)[0]
 
 
 def load_kernel(fused_moe_py: str, tag: str):
