@@ -813,8 +813,9 @@ def test_the_settings_table_is_the_one_results_shows_and_sglangs_log_is_not_coun
 
 
 def test_the_summary_puts_the_image_against_each_peer():
-    """Run 3's Qwen3-Coder figures with two made-up peers: the arm/stock rows stay as they were, and a table of
-    image/peer ratios (paired per repetition) follows, one row per figure and peer."""
+    """Run 3's Qwen3-Coder figures with two made-up peers: the arm/stock rows stay as they were, each peer gets its
+    rows against stock beside them, and a table of image/peer ratios (paired per repetition) follows, one row per
+    figure and peer."""
     res = json.loads(H200_RUN_3.read_text())
     before = report.summarize(res)
     m = res["models"]["qwen3-coder-480b-tp8-tensor"]
@@ -831,6 +832,17 @@ def test_the_summary_puts_the_image_against_each_peer():
     one = next(r for r in rows if r[2].strip() == "image/sglang" and r[3].strip() == "tok_s" and r[4].strip() == "1")
     assert float(one[7]) == round(statistics.median(ratios), 3)
     assert all(float(r[7]) == 1.0 for r in rows if r[2].strip() == "image/vllm-latest")  # the image against itself
+    # each peer against stock too, the baseline of the three-way comparison: SGLang here is stock's own figures
+    for peer, ratio in (("sglang", 1.0), ("vllm-latest", None)):
+        against_stock = [ln.split("|") for ln in md.splitlines()
+                         if ln.startswith(f"| qwen3-coder-480b-tp8-tensor | {peer} |")]
+        assert len(against_stock) == figures, peer
+        assert ratio is None or all(float(r[7]) == ratio for r in against_stock)
+    image_over_stock = next(ln.split("|") for ln in md.splitlines()
+                            if ln.startswith("| qwen3-coder-480b-tp8-tensor | image | tok_s | 1 |"))
+    latest_over_stock = next(ln.split("|") for ln in md.splitlines()
+                             if ln.startswith("| qwen3-coder-480b-tp8-tensor | vllm-latest | tok_s | 1 |"))
+    assert latest_over_stock[5:9] == image_over_stock[5:9]  # vllm-latest holds the image's figures
     assert "| qwen3-coder-480b-tp8-tensor.sglang | 100.0 | - | not counted | - |" in md
 
 

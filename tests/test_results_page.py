@@ -7,7 +7,7 @@ import re
 import statistics
 from pathlib import Path
 
-from bench.e2e.report import paired_ratios
+from bench.e2e.report import paired_ratios, summarize
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = (ROOT / "bench" / "RESULTS.md").read_text()
@@ -167,3 +167,27 @@ def test_index_names_every_run_of_the_archive_and_its_data():
         assert (ROOT / "bench" / "data" / folder).is_dir(), folder
     for name in ("kernel run 1", "kernel run 2", "CPU study"):
         assert f"| {name} |" in index
+
+
+def test_every_stored_e2e_md_is_todays_report_of_the_json_beside_it():
+    """bench/data's e2e*.md files are views: each is bench.e2e.report.summarize of the e2e*.json beside it, so a
+    figure quoted from one is the figure the report prints today."""
+    pairs = sorted((ROOT / "bench" / "data").glob("*/e2e*.json"))
+    assert len(pairs) >= 20
+    for path in pairs:
+        md = path.with_suffix(".md")
+        assert md.read_text() == summarize(json.loads(path.read_text())), f"{md}: rewrite it from {path.name}"
+
+
+def test_the_archives_peer_over_stock_rows_of_run_20_are_the_reports():
+    """The three-way table's baseline row (stock vLLM 0.34.0 over stock 0.32, both clients) in the archive's run 20
+    is a row the report prints: each peer is set against stock, in the bench's table and in the cross-check's."""
+    md = (ROOT / "bench" / "data" / "h200_block_20" / "e2e.md").read_text()
+    section = archived("20")
+    bench = {ln.split("|")[4].strip(): ln.split("|")[7].strip() + " (" + ln.split("|")[8].strip() + ")"
+             for ln in md.splitlines() if ln.startswith("| qwen3-235b-ep8-block@94L | vllm-latest | tok_s |")}
+    cross = {ln.split("|")[4].strip(): ln.split("|")[6].strip()
+             for ln in md.splitlines() if ln.startswith("| qwen3-235b-ep8-block@94L | vllm-latest/stock | tok_s |")}
+    assert set(bench) == set(cross) == {"1", "8", "32"}
+    assert f"| stock vLLM 0.34.0, this bench | {bench['1']} | {bench['8']} | {bench['32']} |" in section
+    assert f"| stock vLLM 0.34.0, vLLM's client | {cross['1']} | {cross['8']} | {cross['32']} |" in section

@@ -1,5 +1,6 @@
-"""The tables of e2e.md: paired arm/stock ratios per figure, the image against each peer (SGLang, the newest vLLM),
-the cross-check's ratios beside the bench's own, GPU time by kernel class, each server's start."""
+"""The tables of e2e.md: paired arm/stock ratios per figure (each image arm and each peer), each image arm against
+each peer (SGLang, the newest vLLM), the cross-check's ratios beside the bench's own, GPU time by kernel class, each
+server's start."""
 from __future__ import annotations
 
 import json
@@ -129,9 +130,10 @@ def pairs_table(results: dict, header: str, pairs) -> list[str]:
 
 
 def stock_table(results: dict) -> list[str]:
-    """Each image arm against stock, where stock was measured."""
+    """Each other arm against stock, where stock was measured: the image arms, then each peer (stock vLLM 0.32 is
+    the baseline of the comparison with the peers)."""
     def pairs(reps: dict) -> list[tuple[str, str, str]]:
-        return [(a, "stock", a) for a in image_arms(reps) if reps.get(a)] if reps.get("stock") else []
+        return [(a, "stock", a) for a, _ in stock_pairs(reps)]
     return pairs_table(results, "| model | arm | metric | clients | stock | arm | arm/stock median | "
                        "paired ratio range |", pairs)
 
@@ -178,8 +180,7 @@ def cross_check_table(results: dict) -> list[str]:
                     if req.get("failed") or "error" in req:
                         errors.append(f"{mname} {arm} repetition {i}, {conc} clients: "
                                       f"{req.get('error') or str(req['failed']) + ' requests failed'}")
-        pairs = [(arm, "stock") for arm in image_arms(cc) if cc.get(arm) and cc.get("stock")]
-        pairs += image_peer_pairs(cc)
+        pairs = stock_pairs(cc) + image_peer_pairs(cc)
         for arm, base in pairs:
             for kind, metric in CROSS_CHECK_FIGURES:
                 for conc in sorted({c for rep in cc[arm] for c in rep[kind]}, key=int):
@@ -201,6 +202,14 @@ def cross_check_table(results: dict) -> list[str]:
 def image_arms(recorded: dict) -> list[str]:
     """The arms set against stock, as recorded (an arm a later tree renamed or dropped stays readable)."""
     return [a for a in recorded if a != "stock" and a not in PEER_ARMS]
+
+
+def stock_pairs(recorded: dict) -> list[tuple[str, str]]:
+    """(arm, "stock") for every other arm with recorded repetitions, where stock has them: the image arms, then
+    each peer."""
+    if not recorded.get("stock"):
+        return []
+    return [(arm, "stock") for arm in image_arms(recorded) + list(PEER_ARMS) if recorded.get(arm)]
 
 
 def image_peer_pairs(recorded: dict) -> list[tuple[str, str]]:
