@@ -33,13 +33,14 @@ if str(ROOT) not in sys.path:
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-from bench.moe.problem import dequant_a, dequant_w  # noqa: E402
+from bench.moe.problem import dequant_a, dequant_w, n_sets_for  # noqa: E402
 from bench.norm_quant_probe import group_quant  # noqa: E402
 from bench.small_m_configs import file_name as small_m_file_name  # noqa: E402
 
 GROUP = 128
 FP8 = torch.float8_e4m3fn
 TOLERANCE = 2e-2  # relative Frobenius error against the float32 reference: fp8 products summed over K >= 1,024
+MAX_WEIGHT_SETS = 64  # the 235B's o_proj (4 MB) takes 45 for three times L2
 
 # (N, K) of one rank's attention GEMMs: the Qwen3-Coder EP8 rank (all 96 query heads and 8 KV heads: N = (96 + 2 x 8)
 # x 128), the Qwen3-235B EP8 rank (TP8 heads: 8 query heads and one KV head: N = (8 + 2) x 128), DeepSeek-V3's EP8
@@ -59,6 +60,12 @@ SPACES = {
     "long-k": [dict(BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, num_warps=w, num_stages=st)
                for bn, bk, w, st in itertools.product((2, 4, 8), (1024, 2048, 4096), (4, 8), (1, 2, 3))],
 }
+
+
+def weight_set_count(N: int, K: int) -> int:
+    """How many (N, K) FP8 weight sets a graph's calls take in turn: together over three times L2 (the kernel
+    harness's rotation), so that each call reads its weights from HBM, as a decode step does, not from L2."""
+    return n_sets_for(N * K, N * K, MAX_WEIGHT_SETS)
 
 
 def gemv_tiles(gemv: dict, N: int, K: int) -> bool:
@@ -187,8 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name in args.shapes:
         N, K = SHAPES[name]
-        # weight sets over 200 MB, so that each call reads its weights from HBM, not L2
-        sets = max(2, -(-(200 << 20) // (N * K)))
+        sets = weight_set_count(N, K)
         for M in args.ms:
             a, a_s, weights = make_problem(N, K, M, dev, gen, sets)
             ref = reference(a, a_s, *weights[0])

@@ -144,6 +144,18 @@ def test_the_benches_try_the_gemv_dicts_the_patch_accepts():
         assert accepted == probe.gemv_tiles(gemv, N, K), (N, K, gemv)
 
 
+def test_the_dense_probe_reads_each_shapes_weights_from_sets_over_three_times_l2():
+    """Each probed shape's weight sets (one byte an FP8 weight) hold over three times L2 together, the kernel
+    harness's rotation, within the probe's cap on sets."""
+    from bench import dense_gemv_probe as probe
+    from bench.moe.problem import L2_BYTES
+
+    for name, (n, k) in probe.SHAPES.items():
+        sets = probe.weight_set_count(n, k)
+        assert 2 <= sets <= probe.MAX_WEIGHT_SETS and sets * n * k >= 3 * L2_BYTES, name
+        assert (sets - 1) * n * k < 3 * L2_BYTES or sets == 2, name  # no more than it takes
+
+
 GEMV_PROBES = ROOT / "bench" / "data" / "h200_dense_gemv_probe"
 
 

@@ -28,7 +28,9 @@ H200_RUN_6 = ROOT / "bench" / "data" / "h200_engine_6" / "e2e.json"
 
 
 # The CPU check proves the bench's mechanics, not the CPU's speed: a short workload at two concurrencies
-# (the warm-up pass still covers every one), two repetitions to show the arms alternate. Prompts longer than one
+# (the warm-up pass still covers every one), two repetitions to show the arms alternate. Its figures are no speeds:
+# on a 2-core host vLLM's thread binding puts both arms' engines on core 0 (it keeps the last core for the rest), so
+# one arm's requests can wait on the other's engine, and a stream's tokens can arrive together (ITL of about 0 ms). Prompts longer than one
 # KV block of the CPU engine (128 tokens): a prompt sent twice would be a prefix-cache hit the servers count.
 CLIENTS = (1, 8)
 TOKENS = 16
