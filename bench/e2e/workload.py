@@ -138,22 +138,23 @@ class Workload:
     def bodies(self, first: int, n: int, stream: bool) -> list[dict]:
         return [completion_body(self.model_id, self.prompt(k), self.out, stream) for k in range(first, first + n)]
 
-    def throughput(self, host: str, concurrency: int, waves: int, first: int) -> dict:
-        n = requests_for(concurrency, waves)
-        bodies = self.bodies(first, n, False)
+    def closed_loop(self, send, concurrency: int, waves: int, first: int, stream: bool) -> tuple[list, float]:
+        """`concurrency` clients, each sending its next request once its last is answered, over the run's prompts:
+        each request's `send(body)` and the run's wall time in seconds."""
+        bodies = self.bodies(first, requests_for(concurrency, waves), stream)
         t0 = time.perf_counter()
         with ThreadPoolExecutor(concurrency) as pool:
-            tokens = sum(pool.map(lambda b: completion(host, b), bodies))
-        wall = time.perf_counter() - t0
-        return {"requests": n, "tokens": tokens, "wall_s": wall, "tok_s": tokens / wall}
+            answers = list(pool.map(send, bodies))
+        return answers, time.perf_counter() - t0
+
+    def throughput(self, host: str, concurrency: int, waves: int, first: int) -> dict:
+        counts, wall = self.closed_loop(lambda b: completion(host, b), concurrency, waves, first, False)
+        tokens = sum(counts)
+        return {"requests": len(counts), "tokens": tokens, "wall_s": wall, "tok_s": tokens / wall}
 
     def latency(self, host: str, concurrency: int, waves: int, first: int) -> dict:
-        n = requests_for(concurrency, waves)
-        bodies = self.bodies(first, n, True)
-        t0 = time.perf_counter()
-        with ThreadPoolExecutor(concurrency) as pool:
-            runs = list(pool.map(lambda b: streamed(host, b), bodies))
-        wall = time.perf_counter() - t0
+        runs, wall = self.closed_loop(lambda b: streamed(host, b), concurrency, waves, first, True)
+        n = len(runs)
         ttft = [r["ttft"] for r in runs]
         ttft_text = [r["ttft_text"] for r in runs]
         itl = [g for r in runs for g in r["gaps"]]
