@@ -564,6 +564,31 @@ def test_profile_classes_count_memsets_and_copies_as_gpu_work(tmp_path):
     assert r["top_kernels"][0] == ["fused_moe_kernel", 2, 16]
     assert [k[0] for k in r["top_kernels"]][1:] == ["void flash::flash_fwd_kernel<...>",
                                                     "Memcpy HtoD (Pinned -> Device)", "Memset (Unknown)"]
+    # the GPU worked 24 of the 55 us from its first kernel's start to its last's end; two MoE GEMMs: one layer's pass
+    assert (r["gpu_busy_ms"], r["gpu_span_ms"], r["moe_launches"]) == (pytest.approx(0.024), pytest.approx(0.055), 2)
+
+
+def test_gpu_occupancy_counts_overlapping_work_once():
+    work = [{"ts": 0, "dur": 10}, {"ts": 5, "dur": 10}, {"ts": 6, "dur": 2}, {"ts": 30, "dur": 10}]
+    assert traces.gpu_occupancy(work) == {"gpu_busy_ms": pytest.approx(0.025), "gpu_span_ms": pytest.approx(0.040)}
+    assert traces.gpu_occupancy([]) == {"gpu_busy_ms": 0.0, "gpu_span_ms": 0.0}
+
+
+def test_the_window_table_counts_forward_passes_and_the_gpus_busy_share():
+    """A window recorded with its passes and occupancy (from run 26 on) gets a row: forward passes from its MoE
+    GEMMs (two a layer), beside the decode steps its requests needed; the GPU's busy share; GPU ms per output token;
+    the window's own streamed figures. A window recorded before has none, so the stored runs' e2e.md stay as they
+    were."""
+    window = {"total_gpu_ms": 64.0, "share": {"moe_w13": 0.5}, "top_other": [], "trace": "t.json",
+              "steps": traces.profile_steps(32, 16), "moe_launches": 2 * 36 * 18, "gpu_busy_ms": 80.0,
+              "gpu_span_ms": 100.0, "out_tokens": 32 * 16,
+              "window": {"stream_tok_s": 1500.0, "ttft_p50_ms": 90.0, "itl_p50_ms": 13.1, "itl_p99_ms": 19.62}}
+    results = {"args": {"out_tokens": "128"}, "servers": {},
+               "models": {"m": {"layers": 36, "reps": {}, "first_pass": {}, "profile": {"sglang.c32": window}}}}
+    md = report.summarize(results)
+    assert "| m | sglang | 32 | 18 | 16 | 80.0% | 0.125 | 1500.0 | 90.0 | 13.10 | 19.62 |" in md.splitlines()
+    del window["gpu_busy_ms"]
+    assert "forward passes" not in report.summarize(results)
 
 
 def test_profile_classes_count_the_decode_gemvs_as_the_moe_gemms(tmp_path):

@@ -46,6 +46,30 @@ def profile_table(results: dict) -> list[str]:
             "|---|---|---|---|---|" + "---|" * len(PROFILE_CLASSES)] + rows
 
 
+def window_table(results: dict) -> list[str]:
+    """Each profile window's forward passes and how busy it kept the GPU (windows recorded with them). Passes are
+    counted from the MoE GEMMs, two a layer, whatever the server names its steps; beside them the decode steps the
+    window's requests needed, so the difference is the passes that ran prompts alone (SGLang's prefill batches).
+    GPU busy is the share of the GPU's span in which some work ran; the rest it waited on the host."""
+    rows = []
+    for mname, m in results["models"].items():
+        for key, p in (m.get("profile") or {}).items():
+            if "gpu_busy_ms" not in p:
+                continue
+            arm, _, conc = key.rpartition(".c")
+            passes = p["moe_launches"] / (2 * m["layers"]) if m.get("layers") else None
+            w = p["window"]
+            rows.append(f"| {mname} | {arm} | {conc} | {'-' if passes is None else f'{passes:.0f}'} | "
+                        f"{p.get('steps', '-')} | {100 * p['gpu_busy_ms'] / (p['gpu_span_ms'] or 1):.1f}% | "
+                        f"{p['total_gpu_ms'] / p['out_tokens']:.3f} | {w['stream_tok_s']:.1f} | "
+                        f"{w['ttft_p50_ms']:.1f} | {w['itl_p50_ms']:.2f} | {w['itl_p99_ms']:.2f} |")
+    if not rows:
+        return []
+    return ["", "| model | arm | clients | forward passes (MoE GEMMs / 2 a layer) | decode steps needed | GPU busy, "
+            "share of its span | GPU ms per output token | streamed tok/s | TTFT p50 (ms) | ITL p50 (ms) | "
+            "ITL p99 (ms) |", "|---|---|---|---|---|---|---|---|---|---|---|"] + rows
+
+
 def step_table(results: dict) -> list[str]:
     """Each kind of engine step in the vLLM arms' profile windows: count and mean span on the GPU and the host."""
     rows = [f"| {mname} | {key.rpartition('.c')[0]} | {key.rpartition('.c')[2]} | {name} | {k['n']} | "
@@ -226,6 +250,7 @@ def summarize(results: dict) -> str:
     out += peer_table(results)
     out += cross_check_table(results)
     out += profile_table(results)
+    out += window_table(results)
     out += step_table(results)
     out += autotune_table(results)
     out += ["", "| server | start to ready (s): /ping 200, SGLang /health 200 | first request TTFT (ms) | JIT warnings "

@@ -41,6 +41,19 @@ def step_kinds(events: list[dict]) -> dict[str, dict]:
             for name, sides in sorted(spans.items())}
 
 
+def gpu_occupancy(work: list[dict]) -> dict:
+    """How much of the window the GPU worked: the span from its first piece of work (a kernel, memset or copy;
+    sorted by start) to the end of its last, and the time within it that some work ran (overlapping work counted
+    once), in ms. What is left is the GPU waiting on the host: the scheduler, the sampler, launches outside a graph."""
+    busy = span_end = 0.0
+    start = work[0]["ts"] if work else 0.0
+    for e in work:
+        end = e["ts"] + e["dur"]
+        busy += max(0.0, end - max(e["ts"], span_end))
+        span_end = max(span_end, end)
+    return {"gpu_busy_ms": busy / 1e3, "gpu_span_ms": (span_end - start) / 1e3 if work else 0.0}
+
+
 def classify(trace_path: Path) -> dict:
     with gzip.open(trace_path, "rt") if trace_path.suffix == ".gz" else open(trace_path) as f:
         events = json.load(f)["traceEvents"]
@@ -65,6 +78,7 @@ def classify(trace_path: Path) -> dict:
         us[cls] = us.get(cls, 0) + e["dur"]
     total = sum(us.values()) or 1
     return {"total_gpu_ms": total / 1e3, "share": {k: round(v / total, 4) for k, v in sorted(us.items())},
+            "moe_launches": moe_seen, **gpu_occupancy(kernels),
             "top_other": sorted(other.items(), key=lambda kv: -kv[1])[:8],
             # every class's largest kernels, to pick a patch by (the trace itself stays on the GPU host)
             "top_kernels": [[name, n, round(t, 1)] for name, (n, t) in
@@ -84,7 +98,7 @@ def profile(s: Server, wl: Workload, concurrency: int, prof_dir: Path, first: in
     before = set(prof_dir.rglob("*.json*"))
     # vLLM answers both with an empty body, SGLang with a line of text
     request_ok(s.host, "POST", "/start_profile")
-    wl.latency(s.host, concurrency, 1, first)
+    window = wl.latency(s.host, concurrency, 1, first)
     request_ok(s.host, "POST", "/stop_profile")
     end = time.monotonic() + 120
     new = []
@@ -97,4 +111,6 @@ def profile(s: Server, wl: Workload, concurrency: int, prof_dir: Path, first: in
     if not new:
         return {"error": "no trace written"}
     worker = max(new, key=lambda p: p.stat().st_size)  # the GPU worker's trace is the large one
-    return {"trace": worker.name, **classify(worker)}
+    # the window's own figures (under the profiler, so slower than the measured runs'), and its output tokens
+    return {"trace": worker.name, **classify(worker), "out_tokens": window["requests"] * wl.out,
+            "window": {k: window[k] for k in ("stream_tok_s", "ttft_p50_ms", "itl_p50_ms", "itl_p99_ms")}}
