@@ -575,10 +575,9 @@ def test_gpu_occupancy_counts_overlapping_work_once():
 
 
 def test_the_window_table_counts_forward_passes_and_the_gpus_busy_share():
-    """A window recorded with its passes and occupancy (from run 26 on) gets a row: forward passes from its MoE
-    GEMMs (two a layer), beside the decode steps its requests needed; the GPU's busy share; GPU ms per output token;
-    the window's own streamed figures. A window recorded before has none, so the stored runs' e2e.md stay as they
-    were."""
+    """A window recorded with its passes and occupancy gets a row: forward passes from its MoE GEMMs (two a layer),
+    beside the decode steps its requests needed; the GPU's busy share; GPU ms per output token; the window's own
+    streamed figures. A window recorded without them (every stored run's) gets none."""
     window = {"total_gpu_ms": 64.0, "share": {"moe_w13": 0.5}, "top_other": [], "trace": "t.json",
               "steps": traces.profile_steps(32, 16), "moe_launches": 2 * 36 * 18, "gpu_busy_ms": 80.0,
               "gpu_span_ms": 100.0, "out_tokens": 32 * 16,

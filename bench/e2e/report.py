@@ -1,6 +1,6 @@
 """The tables of e2e.md: paired arm/stock ratios per figure (each image arm and each peer), each image arm against
-each peer (SGLang, the newest vLLM), the cross-check's ratios beside the bench's own, GPU time by kernel class, each
-server's start."""
+each peer (SGLang, the newest vLLM), the cross-check's ratios beside the bench's own, GPU time by kernel class and
+each profile window's passes and GPU occupancy, each server's start."""
 from __future__ import annotations
 
 import json
