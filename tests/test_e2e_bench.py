@@ -948,3 +948,22 @@ def test_a_streamed_token_without_text_counts_as_vllms_client_counts_it():
         srv.shutdown()
     assert r["tokens"] == 3 and len(r["gaps"]) == 2  # three chunks with a token; the usage chunk is none
     assert r["ttft_text"] - r["ttft"] >= 0.07 and r["gaps"][0] >= 0.07
+
+
+@pytest.mark.parametrize("preset,layers,fit", [("qwen3-coder-480b-a35b-ep8", 36, 42), ("qwen3-235b-a22b-ep8", 94, 130)])
+def test_the_kv_budget_says_how_many_requests_it_holds_and_the_report_names_the_clients_that_wait(
+        tmp_path, preset, layers, fit):
+    """The bench's 1.5 GiB KV budget holds 42 requests of 128 + 128 tokens on the Coder EP8 shard at 36 layers (8 KV
+    heads) and 130 on the 235B EP8 shard at 94 (one KV head; vLLM's log of run 9: 33,456 tokens): e2e.md names each
+    measured concurrency above that (128 clients on the Coder, none on the 235B), whose figures include requests
+    waiting for blocks."""
+    from serving.tiny_model import _config, preset_spec
+
+    (tmp_path / "config.json").write_text(json.dumps(_config(preset_spec(preset, layers=layers), 1, 2)))
+    assert servers.kv_sequences(Config.default("kv_bytes"), tmp_path, 256) == fit
+    reps = [{"throughput": {c: {"tok_s": 1.0} for c in ("1", "32", "128")}, "latency": {}}]
+    results = {"args": {"out_tokens": "128"}, "servers": {},
+               "models": {"m": {"kv_sequences": fit, "reps": {"stock": reps, "image": reps}, "profile": {}}}}
+    notes = [ln for ln in report.summarize(results).splitlines() if ln.startswith("- m: the KV budget")]
+    assert notes == ([f"- m: the KV budget holds {fit} requests at once; at 128 clients the others waited for their "
+                      "blocks (raise --kv-bytes to measure the engine alone)"] if fit < 128 else [])

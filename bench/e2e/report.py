@@ -243,9 +243,24 @@ def image_peer_pairs(recorded: dict) -> list[tuple[str, str]]:
             for peer in PEER_ARMS if recorded.get(peer)]
 
 
+def kv_notes(results: dict) -> list[str]:
+    """A line for each model measured at more clients than its KV budget holds requests (models recorded with
+    kv_sequences): its figures there include requests waiting for blocks, which a deployment's larger budget
+    would not make wait."""
+    notes = []
+    for mname, m in results["models"].items():
+        fit = m.get("kv_sequences")
+        measured = {int(c) for reps in m.get("reps", {}).values() for r in reps for c in r.get("throughput", {})}
+        if fit is not None and (over := sorted(c for c in measured if c > fit)):
+            notes.append(f"- {mname}: the KV budget holds {fit} requests at once; at {', '.join(map(str, over))} "
+                         "clients the others waited for their blocks (raise --kv-bytes to measure the engine alone)")
+    return [""] + notes if notes else []
+
+
 def summarize(results: dict) -> str:
     """e2e.md from e2e.json's results."""
     out = stock_table(results)
+    out += kv_notes(results)
     out += without_stock_table(results)
     out += peer_table(results)
     out += cross_check_table(results)

@@ -13,7 +13,7 @@ from .config import Config
 from .crosscheck import cross_check, plan
 from .models import MEASURED_ARMS, Model, make_model
 from .report import summarize
-from .servers import inductor_picks, log_facts, start_server
+from .servers import inductor_picks, kv_sequences, log_facts, start_server
 from .traces import profile, profile_steps
 from .workload import (THROUGHPUT_CONCURRENCY, Workload, completion_body,
                        first_pass, prefix_cache_tokens, repetition_start, request_json, requests_for, streamed, sweep)
@@ -83,6 +83,10 @@ class Run:
         wl = Workload(model_id, cfg.in_tokens, cfg.out_tokens, self.vocab)
         mres = self.results["models"].setdefault(m.name, {"layers": m.layers, "first_pass": {}, "reps": {},
                                                           "profile": {}})
+        mres["kv_sequences"] = kv_sequences(cfg.kv_bytes, model_dir, cfg.in_tokens + cfg.out_tokens)
+        if over := [c for c in cfg.clients or THROUGHPUT_CONCURRENCY if c > mres["kv_sequences"]]:
+            log(f"{m.name}: the KV budget (--kv-bytes {cfg.kv_bytes}) holds {mres['kv_sequences']} requests at once; "
+                f"at {', '.join(map(str, over))} clients the others wait for their blocks")
         measured = [arm for arm in MEASURED_ARMS if arm in arms]
         for arm, s in arms.items():
             first = streamed(s.host, completion_body(model_id, wl.prompt(0), 16, True))["ttft"]

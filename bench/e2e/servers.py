@@ -142,6 +142,12 @@ def kv_tokens(kv_bytes: int, model_dir: Path, block: int = 16) -> int:
     return kv_bytes // kv_bytes_per_token(model_dir) // block * block
 
 
+def kv_sequences(kv_bytes: int, model_dir: Path, seq_tokens: int, block: int = 16) -> int:
+    """How many sequences of seq_tokens (prompt and output) a KV budget of kv_bytes holds at once, each in whole
+    blocks: at more clients than that, requests wait for a finished one's blocks."""
+    return kv_tokens(kv_bytes, model_dir, block) // (-(-seq_tokens // block) * block)
+
+
 def engine_args(cfg: Config, model: Model, name: str) -> dict[str, object]:
     """The vLLM engine settings of the stock, image and vllm-latest arms (flag without dashes -> value, True for a
     bare flag)."""
