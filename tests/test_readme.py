@@ -23,3 +23,23 @@ def test_two_commands_and_ci_runs_the_readme_test_command():
     assert commands == ["make run", "make test"]
     ci = (ROOT / ".ci" / "run").read_text()
     assert re.search(r"^make test$", ci, re.M)
+
+
+def test_every_file_the_layout_table_names_exists():
+    """Each file or folder README's Layout table names in backticks (`settings.py`, `lmi/`) exists in its row's
+    folder, directly or below it: a renamed or removed module is not left in the map a newcomer reads first."""
+    layout = README.split("## Layout", 1)[1]
+    named = 0
+    for row in layout.splitlines():
+        m = re.match(r"^\| `([^`]+)`(?:, `[^`]+`)* \| (.*) \|$", row)
+        if not m:
+            continue
+        base = ROOT / m.group(1)
+        for name in re.findall(r"`([^`]+)`", m.group(2)):
+            if not re.fullmatch(r"[\w./-]+(\.(py|sh|md|json|txt|lock|toml|ini)|/)", name):
+                continue  # a command or a setting, not a path
+            named += 1
+            found = (base / name).exists() or (ROOT / name).exists() or (
+                base.is_dir() and any(base.rglob(name.rstrip("/"))))
+            assert found, f"README's Layout names {name} under {m.group(1)}, which holds no such file"
+    assert named >= 30
