@@ -28,10 +28,11 @@ H200_RUN_6 = ROOT / "bench" / "data" / "h200_engine_6" / "e2e.json"
 
 
 # The CPU check proves the bench's mechanics, not the CPU's speed: a short workload at two concurrencies
-# (the warm-up pass still covers every one), two repetitions to show the arms alternate. Its figures are no speeds:
-# on a 2-core host vLLM's thread binding puts both arms' engines on core 0 (it keeps the last core for the rest), so
-# one arm's requests can wait on the other's engine, and a stream's tokens can arrive together (ITL of about 0 ms). Prompts longer than one
+# (the warm-up pass still covers every one), two repetitions to show the arms alternate. Prompts longer than one
 # KV block of the CPU engine (128 tokens): a prompt sent twice would be a prefix-cache hit the servers count.
+# Its figures are no speeds: on a 2-core host vLLM's thread binding puts both arms' engines on core 0 (it keeps the
+# last core for the rest), so one arm's requests can wait on the other's engine, and a stream's tokens can arrive
+# together (ITL of about 0 ms).
 CLIENTS = (1, 8)
 TOKENS = 16
 PROMPT_TOKENS = 144
@@ -950,7 +951,8 @@ def test_a_streamed_token_without_text_counts_as_vllms_client_counts_it():
     assert r["ttft_text"] - r["ttft"] >= 0.07 and r["gaps"][0] >= 0.07
 
 
-@pytest.mark.parametrize("preset,layers,fit", [("qwen3-coder-480b-a35b-ep8", 36, 42), ("qwen3-235b-a22b-ep8", 94, 130)])
+@pytest.mark.parametrize("preset,layers,fit",
+                         [("qwen3-coder-480b-a35b-ep8", 36, 42), ("qwen3-235b-a22b-ep8", 94, 130)])
 def test_the_kv_budget_says_how_many_requests_it_holds_and_the_report_names_the_clients_that_wait(
         tmp_path, preset, layers, fit):
     """The bench's 1.5 GiB KV budget holds 42 requests of 128 + 128 tokens on the Coder EP8 shard at 36 layers (8 KV
