@@ -14,6 +14,8 @@ from .shapes import SHAPES, gemm_dims
 
 
 L2_BYTES = 60 * 1024 * 1024
+# the bytes a rotation's sets touch in one cycle: over three times L2, so that each launch reads them from HBM
+ROTATED_BYTES = 3 * L2_BYTES
 
 
 def wdtype(dev):
@@ -154,10 +156,11 @@ def check(kmod, shape, gemm, inp, W, config, ref, swap_ab=None, tol=5e-2):
     return err < tol, err
 
 
-def n_sets_for(touched_bytes_per_launch, total_weight_bytes, max_sets):
+def n_sets_for(touched_bytes_per_launch, total_weight_bytes, max_sets, rotated_bytes=ROTATED_BYTES):
     """How many distinct (weights, inputs) sets a rotation needs so that the
-    bytes one cycle touches exceed 3x L2."""
-    need = math.ceil(3 * L2_BYTES / max(touched_bytes_per_launch, 1))
+    bytes one cycle touches exceed rotated_bytes (3x L2): at least 2, at most
+    max_sets."""
+    need = math.ceil(rotated_bytes / max(touched_bytes_per_launch, 1))
     return int(max(2, min(max_sets, need)))
 
 
