@@ -5,6 +5,7 @@ Triton is imported) or vLLM's single-rank distributed state."""
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import subprocess
@@ -25,6 +26,19 @@ def env_set(name: str, value: str):
         os.environ.pop(name)
         if saved is not None:
             os.environ[name] = saved
+
+
+def patched_definitions(relpath: str, names, patch: str, prefix: str):
+    """The named top-level definitions of the installed vLLM's file `relpath` (below vllm/, found without importing
+    vLLM), cut out as a module of their own that runs real Triton (bench.moe.kernel_source.load_definitions); exits
+    naming `patch` where a name is missing."""
+    from bench.moe.kernel_source import load_definitions
+
+    path = os.path.join(importlib.util.find_spec("vllm").submodule_search_locations[0], relpath)
+    try:
+        return load_definitions(path, names, prefix)
+    except RuntimeError as e:  # a name not found
+        raise SystemExit(f"{e}: patch {patch} is not applied")
 
 
 def run_check(script: str, *, triton_interpret: bool = False, timeout: int = 600) -> dict:

@@ -10,27 +10,17 @@ vLLM's CUDA op on the H200.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 
 import torch
 
-from bench.moe.kernel_source import load_definitions
+from check_script import patched_definitions  # this script's folder comes first on its path
 
 NAMES = ("LMI_FP8_MOE_ONE_LAUNCH_QUANT_ENV", "_ONE_LAUNCH_QUANT_BLOCKS", "_lmi_one_launch_quant_enabled",
          "_per_tensor_fp8_quant_one_launch_kernel", "_one_launch_quant_block")
 
-
-def load_patched():
-    path = importlib.util.find_spec("vllm").submodule_search_locations[0] + "/model_executor/layers/fused_moe/utils.py"
-    try:
-        return load_definitions(path, NAMES, "one_launch_quant")
-    except RuntimeError as e:  # a name not found
-        raise SystemExit(f"{e}: patch 0006 is not applied")
-
-
-utils = load_patched()
+utils = patched_definitions("model_executor/layers/fused_moe/utils.py", NAMES, "0006", "one_launch_quant")
 
 FP8_MAX = torch.finfo(torch.float8_e4m3fn).max
 

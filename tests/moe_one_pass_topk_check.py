@@ -12,28 +12,18 @@ bench/router_topk_bench.py compares the kernel with vLLM's CUDA op itself on the
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 
 import torch
 
-from bench.moe.kernel_source import load_definitions
+from check_script import patched_definitions  # this script's folder comes first on its path
 
 NAMES = ("LMI_MOE_ONE_PASS_TOPK_ENV", "_ONE_PASS_TOPK_MAX_TOKENS", "_ONE_PASS_TOPK_MAX_EXPERTS",
          "_lmi_one_pass_topk_enabled", "_topk_softmax_one_pass_kernel", "_launch_one_pass_topk")
 
-
-def load_patched():
-    path = (importlib.util.find_spec("vllm").submodule_search_locations[0]
-            + "/model_executor/layers/fused_moe/router/fused_topk_router.py")
-    try:
-        return load_definitions(path, NAMES, "one_pass_topk")
-    except RuntimeError as e:  # a name not found
-        raise SystemExit(f"{e}: patch 0007 is not applied")
-
-
-router = load_patched()
+router = patched_definitions("model_executor/layers/fused_moe/router/fused_topk_router.py", NAMES, "0007",
+                             "one_pass_topk")
 
 
 def reference(logits: torch.Tensor, topk: int, renormalize: bool, pad: torch.Tensor | None):
