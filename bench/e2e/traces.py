@@ -98,7 +98,7 @@ def profile(s: Server, wl: Workload, concurrency: int, prof_dir: Path, first: in
     before = set(prof_dir.rglob("*.json*"))
     # vLLM answers both with an empty body, SGLang with a line of text
     request_ok(s.host, "POST", "/start_profile")
-    window = wl.latency(s.host, concurrency, 1, first)
+    measured = wl.latency(s.host, concurrency, 1, first)
     request_ok(s.host, "POST", "/stop_profile")
     end = time.monotonic() + 120
     new = []
@@ -112,5 +112,5 @@ def profile(s: Server, wl: Workload, concurrency: int, prof_dir: Path, first: in
         return {"error": "no trace written"}
     worker = max(new, key=lambda p: p.stat().st_size)  # the GPU worker's trace is the large one
     # the window's own figures (under the profiler, so slower than the measured runs'), and its output tokens
-    return {"trace": worker.name, **classify(worker), "out_tokens": window["requests"] * wl.out,
-            "window": {k: window[k] for k in ("stream_tok_s", "ttft_p50_ms", "itl_p50_ms", "itl_p99_ms")}}
+    return {"trace": worker.name, **classify(worker), "out_tokens": measured["requests"] * wl.out,
+            "window": {k: measured[k] for k in ("stream_tok_s", "ttft_p50_ms", "itl_p50_ms", "itl_p99_ms")}}
