@@ -380,9 +380,11 @@ def test_each_image_arm_switches_one_setting_of_the_table_and_no_arm_inherits_a_
     and a switch left in the bench's own environment, under any of its names, reaches no arm."""
     from serving.settings import TABLE
 
-    # one setting each ("image", "image-no-nvcc" and "image-candidates" none); two arms may give one setting two values
-    sizes = sorted(len(arm) for arm in models.IMAGE_ARM_SETTINGS.values())
-    assert sizes == [0, 0, 0] + [1] * (len(sizes) - 3)
+    # one setting each ("image", "image-no-nvcc", "image-candidates" and the arms of one vLLM flag none); two arms may
+    # give one setting two values
+    unset = {"image", "image-no-nvcc", "image-candidates", *models.IMAGE_ARM_ENGINE_ARGS}
+    assert {arm for arm, own in models.IMAGE_ARM_SETTINGS.items() if not own} == unset
+    assert all(len(own) == 1 for arm, own in models.IMAGE_ARM_SETTINGS.items() if arm not in unset)
     switched = {key: value for arm in models.IMAGE_ARM_SETTINGS.values() for key, value in arm.items()}
     names = {n for key in switched for n in (*TABLE[key].env_names, TABLE[key].engine_env) if n}
     for name in names:
@@ -398,6 +400,27 @@ def test_each_image_arm_switches_one_setting_of_the_table_and_no_arm_inherits_a_
             plan = _image_launch_plan(env)  # the GPU build's defaults (gpu_build), which the arms run with
             assert {key: getattr(plan.settings, key) for key in switched} == {
                 key: own.get(key, TABLE[key].default) for key in switched}, arm
+
+
+def test_the_one_split_attention_arm_is_the_image_with_vllms_split_cap_at_one(tmp_path):
+    """image-attn-one-split: the image's launcher passes --attention-config through to vLLM, whose own parser reads
+    FlashAttention's split cap for CUDA graphs as 1 (vLLM's default 32 in the image arm); every other flag is the
+    image arm's."""
+    from vllm.config import AttentionConfig
+
+    from serving.vllm_args import _raising_parser
+
+    m = next(m for m in models.MODELS if m.name == "qwen3-coder-480b-ep8-block")
+    assert models.ATTN_ONE_SPLIT_ARM in m.arms and models.ATTN_ONE_SPLIT_ARM in models.MEASURED_ARMS
+    cfg = _bench_config(tmp_path)
+    argv = {arm: _image_launch_plan(servers.server_command(cfg, m, arm, tmp_path / "model", 8002)[1]).argv
+            for arm in ("image", models.ATTN_ONE_SPLIT_ARM)}
+    parsed = {arm: _raising_parser().parse_args(a[4:]) for arm, a in argv.items()}  # after `-m ... serve MODEL`
+    configs = {arm: ns.attention_config or AttentionConfig() for arm, ns in parsed.items()}  # vLLM's default: unset
+    caps = {arm: c.flash_attn_max_num_splits_for_cuda_graph for arm, c in configs.items()}
+    assert caps == {"image": 32, models.ATTN_ONE_SPLIT_ARM: 1}
+    i = argv[models.ATTN_ONE_SPLIT_ARM].index("--attention-config")
+    assert argv[models.ATTN_ONE_SPLIT_ARM][:i] + argv[models.ATTN_ONE_SPLIT_ARM][i + 2:] == argv["image"]
 
 
 def test_the_no_nvcc_arm_is_the_image_as_its_container_runs_it(tmp_path, monkeypatch, gpu_build):

@@ -57,7 +57,8 @@ def parse_layers(tokens: list[str], models: list[str]) -> dict[str, int]:
 
 
 # Arms: "stock" and "image" (above), and image arms that differ from "image" by one setting each
-# (IMAGE_ARM_SETTINGS, keys of serving/settings.py's table), so image against them is one patch alone:
+# (IMAGE_ARM_SETTINGS, keys of serving/settings.py's table; or one vLLM flag, IMAGE_ARM_ENGINE_ARGS below), so image
+# against them is one patch alone:
 # "image-stock-order" (vLLM's own FP8 MoE backend order: patch 0001), "image-vllm-quant" (vLLM's two-kernel FP8
 # quantization of the MoE inputs: patch 0006), "image-vllm-topk" (vLLM's topk_softmax op for the router: patch
 # 0007), "image-eager-prefill" (vLLM's own CUDA-graph sizes, every step above them eager: option.cuda_graph_max_tokens
@@ -97,6 +98,16 @@ IMAGE_ARM_SETTINGS: dict[str, dict[str, object]] = {
     "image-compile-decode-sizes": {"compile_decode_tokens": 8},
     "image-no-nvcc": {},  # its environment hides nvcc (servers.server_command)
     "image-candidates": {},  # its configs_dir is made per run (servers.candidate_configs_dir)
+    "image-attn-one-split": {},  # one vLLM flag (IMAGE_ARM_ENGINE_ARGS)
+}
+# Image arms that differ from "image" by one vLLM engine flag (without its leading dashes -> value) rather than a
+# setting of the table: "image-attn-one-split" (FlashAttention 3's decode steps in CUDA graphs on one KV split, so
+# without its combine kernel: vLLM's attention_config flash_attn_max_num_splits_for_cuda_graph 1; vLLM captures them
+# with up to 32 splits, and FlashAttention then runs its combine kernel after every layer's attention whatever the
+# context; SGLang's decode graphs run one split). A measure of that kernel's cost at the bench's short contexts, not
+# a default: on one split a few long contexts run on as many thread blocks as the layer has KV heads.
+IMAGE_ARM_ENGINE_ARGS: dict[str, dict[str, str]] = {
+    "image-attn-one-split": {"attention-config": '{"flash_attn_max_num_splits_for_cuda_graph": 1}'},
 }
 # The peers a user would pick instead of the image, each from a runtime of its own (bench/e2e/servers.py PEERS says
 # which settings of theirs match which of vLLM's, and why): "sglang" (SGLang 0.5.21's own server, its default MoE
@@ -108,18 +119,19 @@ QK_NORM_ROPE_ARM = "image-qk-norm-rope"
 NORM_QUANT_ARMS = ("image-vllm-norm-quant", "image-separate-norm-quant")
 COMPILE_SIZES_ARM = "image-compile-decode-sizes"
 NO_NVCC_ARM = "image-no-nvcc"
+ATTN_ONE_SPLIT_ARM = "image-attn-one-split"
 MEASURED_ARMS = ("stock", "image", "image-stock-order", "image-vllm-quant", "image-vllm-topk", "image-eager-prefill",
                  "image-bf16-router", "image-cutlass-dense", "image-gemv-silu", QK_NORM_ROPE_ARM, *NORM_QUANT_ARMS,
-                 COMPILE_SIZES_ARM, NO_NVCC_ARM, CANDIDATES_ARM, *PEER_ARMS)
+                 COMPILE_SIZES_ARM, NO_NVCC_ARM, ATTN_ONE_SPLIT_ARM, CANDIDATES_ARM, *PEER_ARMS)
 # Block FP8: the linear layers on vLLM's prebuilt CUTLASS block-scaled kernel in both arms, so that only the MoE
 # path differs. vLLM's default there is FlashInfer's DeepGEMM kernel, which the image builds with nvcc at start and
 # stock follows with DeepGEMM's JIT warm-up of 512 shapes (42-48 minutes on an H200 by its own estimate), beyond
 # one session's device time.
 BLOCK_FP8_ENGINE_ARGS = (("linear-backend", "cutlass"),)
 # Every GPU model (each has Qwen3 attention) has the Q/K norm + RoPE arm, the norm + quantization arms, the decode
-# compile sizes, the image without nvcc, the candidates arm and the peers; a run starts the candidates arm and the
-# peers only when --arms names them.
-PASS_ARMS = (QK_NORM_ROPE_ARM, *NORM_QUANT_ARMS, COMPILE_SIZES_ARM, NO_NVCC_ARM)
+# compile sizes, the image without nvcc, the one-split attention arm, the candidates arm and the peers; a run starts
+# the candidates arm and the peers only when --arms names them.
+PASS_ARMS = (QK_NORM_ROPE_ARM, *NORM_QUANT_ARMS, COMPILE_SIZES_ARM, NO_NVCC_ARM, ATTN_ONE_SPLIT_ARM)
 MODELS = tuple(replace(m, arms=(*m.arms, *PASS_ARMS, CANDIDATES_ARM, *PEER_ARMS)) for m in (
     Model("qwen3-235b-tp8-tensor", "qwen3-235b-a22b-tp8", "tensor",
           ("stock", "image", "image-vllm-quant", "image-vllm-topk", "image-eager-prefill", "stock-debug")),

@@ -15,7 +15,7 @@ from serving.settings import TABLE, to_environment
 from tools.launcher_process import Server, free_port, spawn
 
 from .config import Config
-from .models import CANDIDATES_ARM, IMAGE_ARM_SETTINGS, NO_NVCC_ARM, PEER_ARMS, Model
+from .models import CANDIDATES_ARM, IMAGE_ARM_ENGINE_ARGS, IMAGE_ARM_SETTINGS, NO_NVCC_ARM, PEER_ARMS, Model
 
 JIT_WARNING = "JIT compilation during inference"
 MAX_NUM_SEQS = 128
@@ -206,7 +206,7 @@ def server_command(cfg: Config, model: Model, arm: str, model_dir: Path, port: i
     if arm in PEER_ARMS:
         for k in NOT_INHERITED_BY_PEERS:
             env.pop(k, None)
-    args = engine_args(cfg, model, name)
+    args = {**engine_args(cfg, model, name), **IMAGE_ARM_ENGINE_ARGS.get(arm, {})}
     if arm in IMAGE_ARM_SETTINGS:
         settings = dict(IMAGE_ARM_SETTINGS[arm])
         if arm == CANDIDATES_ARM:
