@@ -52,6 +52,7 @@ SHAPES = {
     "235b-o-proj": (4096, 1024),
     "deepseek-v3-qkv": (2304, 7168),
 }
+PROBED_BY_DEFAULT = ("coder-qkv", "coder-o-proj")  # --shapes when a probe is not given it
 # Patch 0010's GEMV dicts to try (kernel probe 24b's best at one token: 4 rows and K steps of 2,048 for the Coder's
 # qkv, 8 and 4,096 for its o_proj, 8 and 512 for the 235B's o_proj; a split of K never won there)
 SPACES = {
@@ -137,13 +138,16 @@ def as_gemv_dict(config: dict) -> dict | None:
             "num_stages": config["num_stages"]}
 
 
-def candidate_files(probes: list[dict], configs_dir: Path, out: Path) -> list[Path]:
+def candidate_files(probes: list[dict], configs_dir: Path, out: Path, shapes: list[str] | None = None) -> list[Path]:
     """Small-M files for the engine bench's image-candidates arm: for each (shape, tokens) whose best GEMV dict over
     the given probes beat the split-K kernel's best in the same probe, the shipped file of the shape (configs_dir)
-    with a GEMV entry at that token count, or a file holding that entry alone. Written to out; returns their paths."""
+    with a GEMV entry at that token count, or a file holding that entry alone; only the named shapes' (SHAPES), if
+    given. Written to out; returns their paths."""
     best_rows: dict[tuple[int, int, int], dict] = {}
     for res in probes:
         for r in res["rows"]:
+            if shapes is not None and r["shape"] not in shapes:
+                continue
             g, sm = r.get("gemv"), r.get("small_m")
             if g and as_gemv_dict(g["config"]) and (sm is None or g["us"] < sm["us"]):
                 key = (r["N"], r["K"], r["M"])
@@ -172,7 +176,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="no GPU: write to --out the small-M candidate files of these probes' results "
                         "(candidate_files), laid over --configs-dir's")
     p.add_argument("--configs-dir", type=Path, default=ROOT / "configs")
-    p.add_argument("--shapes", nargs="+", choices=list(SHAPES), default=["coder-qkv", "coder-o-proj"])
+    p.add_argument("--shapes", nargs="+", choices=list(SHAPES),
+                   help="the shapes to probe (default: coder-qkv coder-o-proj), or with --candidates-from, the shapes "
+                        "to write files for (default: every shape the probes hold)")
     p.add_argument("--ms", type=int, nargs="+", default=[1, 2, 4])
     p.add_argument("--space", choices=list(SPACES), default="long-k",
                    help="the GEMV dicts to try: narrow (12, short K steps) or long-k (54, K steps of 1,024-4,096)")
@@ -180,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.candidates_from:
         for path in candidate_files([json.loads(f.read_text()) for f in args.candidates_from], args.configs_dir,
-                                    args.out):
+                                    args.out, args.shapes):
             print(path)
         return 0
     if not args.fp8_utils_py:
@@ -192,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     copy_bw = measure_copy_bandwidth(dev)
     tier = load_tier(args.fp8_utils_py)
     rows = []
-    for name in args.shapes:
+    for name in args.shapes or PROBED_BY_DEFAULT:
         N, K = SHAPES[name]
         sets = weight_set_count(N, K)
         for M in args.ms:

@@ -185,3 +185,28 @@ def test_the_gemv_candidate_files_are_remade_from_kernel_probe_24b_and_load(tmp_
         assert 1 in gemv, old.name
         for m, g in gemv.items():
             lmi_check_gemv_entry(f"{old.name} {m}", g, N, K, 128, 128)
+
+
+def test_the_235b_candidate_files_are_run_17s_32_token_entries_with_kernel_probe_25s_gemv(tmp_path):
+    """bench/data/h200_dense_gemv_probe/candidates_235b, the 235B EP8 rank's files for the next 235B engine bench:
+    run 17's small-M files with their 32-token entries (bench/data/h200_block_17/small_m_candidates), the o_proj file
+    with kernel probe 25's GEMV entries (`--candidates-from ... --shapes 235b-o-proj`). Remade byte for byte, each
+    accepted by patch 0010's parser, and the tier reaching 32 tokens in both."""
+    from vllm.model_executor.layers.quantization.utils.fp8_utils import LMI_GEMV_KEY, lmi_parse_small_m_configs
+
+    from bench import dense_gemv_probe as probe
+
+    run_17 = ROOT / "bench" / "data" / "h200_block_17" / "small_m_candidates"
+    recorded = GEMV_PROBES / "candidates_235b"
+    made = probe.candidate_files([json.loads((GEMV_PROBES / "probe_25.json").read_text())], run_17, tmp_path,
+                                 ["235b-o-proj"])
+    assert [p.name for p in made] == [p.name for p in run_17.glob("N=4096,K=1024,*.json")]
+    qkv = next(run_17.glob("N=1280,K=4096,*.json"))
+    assert sorted(p.name for p in recorded.glob("*.json")) == sorted([qkv.name, made[0].name])
+    assert (recorded / qkv.name).read_bytes() == qkv.read_bytes()
+    assert (recorded / made[0].name).read_bytes() == made[0].read_bytes()
+    for path in recorded.glob("*.json"):
+        entries = lmi_parse_small_m_configs(str(path), json.loads(path.read_text()), 128)
+        assert max(entries) == 32 and entries[32] and LMI_GEMV_KEY not in entries[32], path.name
+        gemv = sorted(m for m, c in entries.items() if c and LMI_GEMV_KEY in c)
+        assert gemv == ([1, 2] if path.name == made[0].name else []), path.name
