@@ -614,6 +614,31 @@ def test_the_window_table_counts_forward_passes_and_the_gpus_busy_share():
     assert "forward passes" not in report.summarize(results)
 
 
+def test_the_kernel_table_lists_each_windows_largest_kernels_a_step_and_a_launch():
+    """Each profile window's largest kernels (KERNELS_A_WINDOW, largest first, as traces.classify records them):
+    launches a step over the steps the window ran, µs a launch, share of its GPU time; the names without CUTLASS's and
+    FlashAttention's wrappers, cut short, a pipe escaped. Run 15's stored 235B windows show the combine kernel after
+    each of the 94 layers in vLLM's windows and none in SGLang's."""
+    flash = "void cutlass::device_kernel<flash::enable_sm90_or_later<flash::FlashAttnFwdSm90<a, b|c>>>(Params)"
+    top = [[flash, 360, 3600.0]] + [[f"k{i}", 36, 36.0] for i in range(report.KERNELS_A_WINDOW + 2)]
+    window = {"total_gpu_ms": 7.2, "share": {}, "top_kernels": top, "steps": 10}
+    results = {"args": {"out_tokens": "128"}, "servers": {},
+               "models": {"m": {"layers": 36, "reps": {}, "first_pass": {}, "profile": {"image.c1": window}}}}
+    rows = [ln for ln in report.kernel_table(results) if ln.startswith("| m |")]
+    assert len(rows) == report.KERNELS_A_WINDOW
+    label = "`flash::FlashAttnFwdSm90<a, b\\|c>>>(Params)`"
+    assert rows[0] == f"| m | image | 1 | {label} | 36.0 | 10.00 | 50.0% |"
+    assert rows[1] == "| m | image | 1 | `k0` | 3.6 | 1.00 | 0.5% |"
+    assert report.kernel_label("x" * 100) == "`" + "x" * report.KERNEL_LABEL_CHARS + "`"
+    del window["top_kernels"]
+    assert report.kernel_table(results) == []
+
+    run_15 = json.loads((ROOT / "bench" / "data" / "h200_block_15" / "e2e.json").read_text())
+    combine = {ln.split("|")[2].strip() + ".c" + ln.split("|")[3].strip(): float(ln.split("|")[5])
+               for ln in report.kernel_table(run_15) if "FlashAttnFwdCombine" in ln}
+    assert combine == {"stock.c1": 94.0, "stock.c8": 94.0, "image.c1": 94.0, "image.c8": 94.0}
+
+
 def test_profile_classes_count_the_decode_gemvs_as_the_moe_gemms(tmp_path):
     """Patch 0011's matrix-vector kernel and 0012's w2 variant are a layer's w13 and w2 GEMMs, not "other GEMMs"
     (run 22's profile counted them there)."""

@@ -1,6 +1,6 @@
 """The tables of e2e.md: paired arm/stock ratios per figure (each image arm and each peer), each image arm against
-each peer (SGLang, the newest vLLM), the cross-check's ratios beside the bench's own, GPU time by kernel class and
-each profile window's passes and GPU occupancy, each server's start."""
+each peer (SGLang, the newest vLLM), the cross-check's ratios beside the bench's own, GPU time by kernel class, each
+profile window's largest kernels, passes and GPU occupancy, each server's start."""
 from __future__ import annotations
 
 import json
@@ -44,6 +44,40 @@ def profile_table(results: dict) -> list[str]:
     return ["", "| model | arm | clients | GPU ms in window | GPU ms per step | "
             + " | ".join(name for _, name in PROFILE_CLASSES) + " |",
             "|---|---|---|---|---|" + "---|" * len(PROFILE_CLASSES)] + rows
+
+
+KERNELS_A_WINDOW = 10  # the largest kernels of each profile window that kernel_table lists
+# Wrappers that open many kernels' names and say nothing of the kernel (CUTLASS's launch template, FlashAttention's
+# architecture guard): left out of the names kernel_table shows
+KERNEL_NAME_WRAPPERS = ("void ", "cutlass::device_kernel<", "flash::enable_sm90_or_later<")
+KERNEL_LABEL_CHARS = 64
+
+
+def kernel_label(name: str) -> str:
+    """A kernel's name as kernel_table shows it: its wrappers left out, cut to KERNEL_LABEL_CHARS, a code span."""
+    for w in KERNEL_NAME_WRAPPERS:
+        name = name.removeprefix(w)
+    return "`" + name[:KERNEL_LABEL_CHARS].replace("|", "\\|").replace("`", "'") + "`"
+
+
+def kernel_table(results: dict) -> list[str]:
+    """Each profile window's largest kernels: launches a step and µs a launch, so that two arms or two servers can be
+    set side by side kernel by kernel (one launch a layer a step reads as the model's layer count)."""
+    out_tokens = int(results["args"]["out_tokens"])
+    rows = []
+    for mname, m in results["models"].items():
+        for key, p in (m.get("profile") or {}).items():
+            if "top_kernels" not in p:
+                continue
+            arm, _, conc = key.rpartition(".c")
+            steps = p.get("steps", profile_steps(int(conc), out_tokens))
+            for name, calls, us in p["top_kernels"][:KERNELS_A_WINDOW]:
+                rows.append(f"| {mname} | {arm} | {conc} | {kernel_label(name)} | {calls / steps:.1f} | "
+                            f"{us / calls:.2f} | {100 * us / 1000 / p['total_gpu_ms']:.1f}% |")
+    if not rows:
+        return []
+    return ["", "| model | arm | clients | kernel (largest GPU time first) | launches a step | µs a launch | share of the "
+            "window's GPU time |", "|---|---|---|---|---|---|---|"] + rows
 
 
 def window_table(results: dict) -> list[str]:
@@ -265,6 +299,7 @@ def summarize(results: dict) -> str:
     out += peer_table(results)
     out += cross_check_table(results)
     out += profile_table(results)
+    out += kernel_table(results)
     out += window_table(results)
     out += step_table(results)
     out += autotune_table(results)
