@@ -583,7 +583,7 @@ def test_profile_classes_count_memsets_and_copies_as_gpu_work(tmp_path):
     assert dict(r["top_other"]) == {"Memcpy HtoD (Pinned -> Device)": 2, "Memset (Unknown)": 1}
     assert r["step_kinds"] == {"execute_context_0(0)_generation_8(8)": {"n": 2, "gpu_ms": 10.5, "host_ms": 0.5},
                                "execute_context_7(896)_generation_1(1)": {"n": 1, "gpu_ms": 31.0, "host_ms": 175.0}}
-    md = report.step_table({"models": {"m": {"profile": {"image.c8": r}}}})
+    md = report.step_table({"args": {"out_tokens": "128"}, "models": {"m": {"profile": {"image.c8": r}}}})
     assert "| m | image | 8 | execute_context_7(896)_generation_1(1) | 1 | 31.0 | 175.0 |" in md
     assert r["top_kernels"][0] == ["fused_moe_kernel", 2, 16]
     assert [k[0] for k in r["top_kernels"]][1:] == ["void flash::flash_fwd_kernel<...>",

@@ -25,20 +25,26 @@ def prefix_cache_cell(server: dict) -> str:
     return "not counted" if pc is None else f"{pc.get('hits', 0)} of {pc.get('queries', 0)}"
 
 
-def profile_table(results: dict) -> list[str]:
-    """GPU time per engine step by kernel class, from each profile window (--profile)."""
+def profile_windows(results: dict):
+    """(model name, model record, arm, clients, window record, the window's engine steps) of each profile window; the
+    steps as recorded (a record without them ran --out-tokens a request)."""
     out_tokens = int(results["args"]["out_tokens"])
-    rows = []
     for mname, m in results["models"].items():
         for key, p in (m.get("profile") or {}).items():
-            if "share" not in p:
-                rows.append(f"| {mname} | {key} | {p.get('error', 'no trace')} |" + " |" * (len(PROFILE_CLASSES) + 1))
-                continue
             arm, _, conc = key.rpartition(".c")
-            # the window's engine steps as recorded (a record without them ran --out-tokens a request)
-            step = p["total_gpu_ms"] / p.get("steps", profile_steps(int(conc), out_tokens))
-            rows.append(f"| {mname} | {arm} | {conc} | {p['total_gpu_ms']:.1f} | {step:.3f} | " + " | ".join(
-                f"{100 * p['share'].get(c, 0):.1f}%" for c, _ in PROFILE_CLASSES) + " |")
+            yield mname, m, arm, conc, p, p.get("steps", profile_steps(int(conc), out_tokens))
+
+
+def profile_table(results: dict) -> list[str]:
+    """GPU time per engine step by kernel class, from each profile window (--profile)."""
+    rows = []
+    for mname, _, arm, conc, p, steps in profile_windows(results):
+        if "share" not in p:
+            rows.append(f"| {mname} | {arm}.c{conc} | {p.get('error', 'no trace')} |"
+                        + " |" * (len(PROFILE_CLASSES) + 1))
+            continue
+        rows.append(f"| {mname} | {arm} | {conc} | {p['total_gpu_ms']:.1f} | {p['total_gpu_ms'] / steps:.3f} | "
+                    + " | ".join(f"{100 * p['share'].get(c, 0):.1f}%" for c, _ in PROFILE_CLASSES) + " |")
     if not rows:
         return []
     return ["", "| model | arm | clients | GPU ms in window | GPU ms per step | "
@@ -63,17 +69,10 @@ def kernel_label(name: str) -> str:
 def kernel_table(results: dict) -> list[str]:
     """Each profile window's largest kernels: launches a step and µs a launch, so that two arms or two servers can be
     set side by side kernel by kernel (one launch a layer a step reads as the model's layer count)."""
-    out_tokens = int(results["args"]["out_tokens"])
-    rows = []
-    for mname, m in results["models"].items():
-        for key, p in (m.get("profile") or {}).items():
-            if "top_kernels" not in p:
-                continue
-            arm, _, conc = key.rpartition(".c")
-            steps = p.get("steps", profile_steps(int(conc), out_tokens))
-            for name, calls, us in p["top_kernels"][:KERNELS_A_WINDOW]:
-                rows.append(f"| {mname} | {arm} | {conc} | {kernel_label(name)} | {calls / steps:.1f} | "
-                            f"{us / calls:.2f} | {100 * us / 1000 / p['total_gpu_ms']:.1f}% |")
+    rows = [f"| {mname} | {arm} | {conc} | {kernel_label(name)} | {calls / steps:.1f} | {us / calls:.2f} | "
+            f"{100 * us / 1000 / p['total_gpu_ms']:.1f}% |"
+            for mname, _, arm, conc, p, steps in profile_windows(results)
+            for name, calls, us in p.get("top_kernels", [])[:KERNELS_A_WINDOW]]
     if not rows:
         return []
     return ["", "| model | arm | clients | kernel (largest GPU time first) | launches a step | µs a launch | share of the "
@@ -86,17 +85,15 @@ def window_table(results: dict) -> list[str]:
     window's requests needed, so the difference is the passes that ran prompts alone (SGLang's prefill batches).
     GPU busy is the share of the GPU's span in which some work ran; the rest it waited on the host."""
     rows = []
-    for mname, m in results["models"].items():
-        for key, p in (m.get("profile") or {}).items():
-            if "gpu_busy_ms" not in p:
-                continue
-            arm, _, conc = key.rpartition(".c")
-            passes = p["moe_launches"] / (2 * m["layers"]) if m.get("layers") else None
-            w = p["window"]
-            rows.append(f"| {mname} | {arm} | {conc} | {'-' if passes is None else f'{passes:.0f}'} | "
-                        f"{p.get('steps', '-')} | {100 * p['gpu_busy_ms'] / (p['gpu_span_ms'] or 1):.1f}% | "
-                        f"{p['total_gpu_ms'] / p['out_tokens']:.3f} | {w['stream_tok_s']:.1f} | "
-                        f"{w['ttft_p50_ms']:.1f} | {w['itl_p50_ms']:.2f} | {w['itl_p99_ms']:.2f} |")
+    for mname, m, arm, conc, p, _ in profile_windows(results):
+        if "gpu_busy_ms" not in p:
+            continue
+        passes = p["moe_launches"] / (2 * m["layers"]) if m.get("layers") else None
+        w = p["window"]
+        rows.append(f"| {mname} | {arm} | {conc} | {'-' if passes is None else f'{passes:.0f}'} | "
+                    f"{p.get('steps', '-')} | {100 * p['gpu_busy_ms'] / (p['gpu_span_ms'] or 1):.1f}% | "
+                    f"{p['total_gpu_ms'] / p['out_tokens']:.3f} | {w['stream_tok_s']:.1f} | "
+                    f"{w['ttft_p50_ms']:.1f} | {w['itl_p50_ms']:.2f} | {w['itl_p99_ms']:.2f} |")
     if not rows:
         return []
     return ["", "| model | arm | clients | forward passes (MoE GEMMs / 2 a layer) | decode steps needed | GPU busy, "
@@ -106,9 +103,8 @@ def window_table(results: dict) -> list[str]:
 
 def step_table(results: dict) -> list[str]:
     """Each kind of engine step in the vLLM arms' profile windows: count and mean span on the GPU and the host."""
-    rows = [f"| {mname} | {key.rpartition('.c')[0]} | {key.rpartition('.c')[2]} | {name} | {k['n']} | "
-            f"{k.get('gpu_ms', '-')} | {k.get('host_ms', '-')} |"
-            for mname, m in results["models"].items() for key, p in (m.get("profile") or {}).items()
+    rows = [f"| {mname} | {arm} | {conc} | {name} | {k['n']} | {k.get('gpu_ms', '-')} | {k.get('host_ms', '-')} |"
+            for mname, _, arm, conc, p, _ in profile_windows(results)
             for name, k in (p.get("step_kinds") or {}).items()]
     if not rows:
         return []
