@@ -415,7 +415,7 @@ def test_the_one_split_attention_arm_is_the_image_with_vllms_split_cap_at_one(tm
     cfg = _bench_config(tmp_path)
     argv = {arm: _image_launch_plan(servers.server_command(cfg, m, arm, tmp_path / "model", 8002)[1]).argv
             for arm in ("image", models.ATTN_ONE_SPLIT_ARM)}
-    parsed = {arm: _raising_parser().parse_args(a[4:]) for arm, a in argv.items()}  # after `-m ... serve MODEL`
+    parsed = {arm: _raising_parser().parse_args(a[4:]) for arm, a in argv.items()}  # after `PYTHON -m ... serve`
     configs = {arm: ns.attention_config or AttentionConfig() for arm, ns in parsed.items()}  # vLLM's default: unset
     caps = {arm: c.flash_attn_max_num_splits_for_cuda_graph for arm, c in configs.items()}
     assert caps == {"image": 32, models.ATTN_ONE_SPLIT_ARM: 1}
