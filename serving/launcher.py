@@ -355,6 +355,10 @@ def ensure_model(p: Plan) -> None:
     if p.model_source == "embedded":
         from .tiny_model import ensure
         log.info("no model configured: serving the embedded tiny Qwen3-MoE (made once into %s)", p.model_path)
+        if not is_cpu_build():  # on the GPU build the demo model is most likely a model setting that did not arrive
+            log.warning("the embedded tiny model has random weights: its answers are noise. Name the model with "
+                        "HF_MODEL_ID or OPTION_MODEL_ID (a hub id, a folder or an s3:// prefix), or put it in %s",
+                        p.settings.model_dir)
         ensure(Path(p.model_path))
     elif p.model_source == "s3":
         from .s3 import download

@@ -643,3 +643,22 @@ def test_lmi_session_names_reach_vllms_sagemaker_hooks(va, model_dir):
                              "OPTION_SESSIONS_PATH": "/dev/shm/s"})
     assert (p.env["SAGEMAKER_ENABLE_STATEFUL_SESSIONS"], p.env["SAGEMAKER_SESSIONS_EXPIRATION"],
             p.env["SAGEMAKER_SESSIONS_PATH"]) == ("0", "3600", "/dev/shm/s")
+
+
+@pytest.mark.parametrize("gpu_build_too", [False, True], ids=["cpu-build", "gpu-build"])
+def test_the_embedded_model_on_the_gpu_build_warns_that_its_answers_are_noise(tmp_path, launcher_main, monkeypatch,
+                                                                              gpu_build_too):
+    """No model configured: both builds serve the embedded tiny model (README: `make run`, the CPU image's test). On the
+    GPU build it is more likely a model setting that did not arrive, so the start warns that its weights are random
+    and names the settings that choose a model and the folder it would be read from."""
+    if gpu_build_too:
+        monkeypatch.setattr(launcher, "is_cpu_build", lambda: False)
+    rc, _, err = launcher_main({"SERVING_MODEL_DIR": str(tmp_path / "none")}, ["--prepare-only"])
+    assert rc == 0, err[-2000:]
+    assert "no model configured: serving the embedded tiny Qwen3-MoE" in err
+    warned = [ln for ln in err.splitlines() if "random weights" in ln]
+    assert len(warned) == (1 if gpu_build_too else 0)
+    if gpu_build_too:
+        assert "WARNING" in warned[0] and "HF_MODEL_ID or OPTION_MODEL_ID" in warned[0]
+        assert str(tmp_path / "none") in warned[0]
+
