@@ -104,8 +104,9 @@ IMAGE_ARM_SETTINGS: dict[str, dict[str, object]] = {
 # setting of the table: "image-attn-one-split" (FlashAttention 3's decode steps in CUDA graphs on one KV split, so
 # without its combine kernel: vLLM's attention_config flash_attn_max_num_splits_for_cuda_graph 1; vLLM captures them
 # with up to 32 splits, and FlashAttention then runs its combine kernel after every layer's attention whatever the
-# context; SGLang's decode graphs run one split). A measure of that kernel's cost at the bench's short contexts, not
-# a default: on one split a few long contexts run on as many thread blocks as the layer has KV heads.
+# context; SGLang's decode steps run no combine kernel, run 15's profile). A measure of that kernel's cost at the
+# bench's short contexts, not a default: on one split a few long contexts run on as many thread blocks as the layer
+# has KV heads.
 IMAGE_ARM_ENGINE_ARGS: dict[str, dict[str, str]] = {
     "image-attn-one-split": {"attention-config": '{"flash_attn_max_num_splits_for_cuda_graph": 1}'},
 }
