@@ -72,15 +72,11 @@ GEMV_GRID = [dict(BLOCK_SIZE_N=n, BLOCK_SIZE_K=k, num_warps=4, num_stages=st)
 QUICK_GEMV_GRID = [c for c in GEMV_GRID if c["num_stages"] == 3 and c["BLOCK_SIZE_N"] in (4, 8)]
 GEMV_MAX_TOKENS = 4
 FUSED = "split-K quantizing"  # the arm of patch 0010's fused_input_quant: the split-K kernel on the bf16 input
-# The bytes a graph's calls read their weights from, in copies taken in turn: the kernel harness's rotation (three
-# times L2), so that the weights come from HBM (as in a decode step, which reads every layer's once) and not from L2.
-ROTATED_WEIGHT_BYTES = ROTATED_BYTES
-
-
-def weight_sets(*tensors: torch.Tensor, total: int = ROTATED_WEIGHT_BYTES) -> list[tuple[torch.Tensor, ...]]:
+def weight_sets(*tensors: torch.Tensor, total: int = ROTATED_BYTES) -> list[tuple[torch.Tensor, ...]]:
     """The tensors and enough copies of them (same values, other memory) that all the sets together hold at least
     `total` bytes, by the kernel harness's rule (n_sets_for: two sets at least, and no more than a graph's CALLS
-    calls take); the first set is the tensors themselves."""
+    calls take); the first set is the tensors themselves. By default the harness's rotation, three times L2, so that
+    each call reads its weights from HBM (as a decode step reads every layer's once), not from L2."""
     size = sum(t.numel() * t.element_size() for t in tensors)
     return [tensors] + [tuple(t.clone() for t in tensors) for _ in range(n_sets_for(size, size, CALLS, total) - 1)]
 

@@ -57,8 +57,8 @@ def test_the_gemv_grid_tiles_every_shards_dense_shape():
 
 def test_a_graphs_calls_take_their_weights_in_turn_from_sets_larger_than_l2():
     """weight_sets: the weights themselves first, then copies (same values, other memory) until the sets hold
-    ROTATED_WEIGHT_BYTES; rotating: each call takes the next set, the first call the weights themselves (the one
-    the reference check sees), and comes round again after the last."""
+    ROTATED_BYTES (the kernel harness's); rotating: each call takes the next set, the first call the weights
+    themselves (the one the reference check sees), and comes round again after the last."""
     import torch
 
     w = torch.ones(256, 512, dtype=torch.bfloat16)  # 256 KiB
@@ -75,7 +75,7 @@ def test_a_graphs_calls_take_their_weights_in_turn_from_sets_larger_than_l2():
         call()
     assert seen == [s[0].data_ptr() for s in sets] + [w.data_ptr()]
     # the H200 default: even the largest dense weight of a shard (the Coder's qkv, 88 MB) comes in 3 sets
-    assert bench.ROTATED_WEIGHT_BYTES > 50 << 20
+    assert bench.ROTATED_BYTES > 50 << 20
     assert len(bench.weight_sets(torch.empty(14336, 6144, dtype=torch.uint8))) == 3
     # a router's few hundred KiB: no more sets than a graph's calls take
     assert len(bench.weight_sets(torch.empty(16, 4096, dtype=torch.bfloat16))) == bench.CALLS

@@ -57,7 +57,7 @@ def parse_layers(tokens: list[str], models: list[str]) -> dict[str, int]:
 
 
 # Arms: "stock" and "image" (above), and image arms that differ from "image" by one setting each
-# (IMAGE_ARM_SETTINGS, keys of serving/settings.py's table; or one vLLM flag, IMAGE_ARM_ENGINE_ARGS below), so image
+# (IMAGE_ARM_SETTINGS below, keys of serving/settings.py's table; or one vLLM flag, IMAGE_ARM_ENGINE_ARGS), so image
 # against them is one patch alone:
 # "image-stock-order" (vLLM's own FP8 MoE backend order: patch 0001), "image-vllm-quant" (vLLM's two-kernel FP8
 # quantization of the MoE inputs: patch 0006), "image-vllm-topk" (vLLM's topk_softmax op for the router: patch
@@ -83,6 +83,16 @@ def parse_layers(tokens: list[str], models: list[str]) -> dict[str, int]:
 # "stock-no-nvcc" (stock with nvcc off PATH and CUDA_HOME, as in the image's runtime base: what FlashInfer's JIT
 # does there). A static-scale stock start compiles FlashInfer's fused_moe_90 for over 12 minutes on an H200: give
 # that model --ready-timeout 1800.
+# Image arms that differ from "image" by one vLLM engine flag (without its leading dashes -> value) rather than a
+# setting of the table: "image-attn-one-split" (FlashAttention 3's decode steps in CUDA graphs on one KV split, so
+# without its combine kernel: vLLM's attention_config flash_attn_max_num_splits_for_cuda_graph 1; vLLM captures them
+# with up to 32 splits, and FlashAttention then runs its combine kernel after every layer's attention whatever the
+# context; SGLang's decode steps run no combine kernel, run 15's profile). A measure of that kernel's cost at the
+# bench's short contexts, not a default: on one split a few long contexts run on as many thread blocks as the layer
+# has KV heads.
+IMAGE_ARM_ENGINE_ARGS: dict[str, dict[str, str]] = {
+    "image-attn-one-split": {"attention-config": '{"flash_attn_max_num_splits_for_cuda_graph": 1}'},
+}
 IMAGE_ARM_SETTINGS: dict[str, dict[str, object]] = {
     "image": {},
     "image-stock-order": {"fp8_moe_stock_order": True},
@@ -98,17 +108,7 @@ IMAGE_ARM_SETTINGS: dict[str, dict[str, object]] = {
     "image-compile-decode-sizes": {"compile_decode_tokens": 8},
     "image-no-nvcc": {},  # its environment hides nvcc (servers.server_command)
     "image-candidates": {},  # its configs_dir is made per run (servers.candidate_configs_dir)
-    "image-attn-one-split": {},  # one vLLM flag (IMAGE_ARM_ENGINE_ARGS)
-}
-# Image arms that differ from "image" by one vLLM engine flag (without its leading dashes -> value) rather than a
-# setting of the table: "image-attn-one-split" (FlashAttention 3's decode steps in CUDA graphs on one KV split, so
-# without its combine kernel: vLLM's attention_config flash_attn_max_num_splits_for_cuda_graph 1; vLLM captures them
-# with up to 32 splits, and FlashAttention then runs its combine kernel after every layer's attention whatever the
-# context; SGLang's decode steps run no combine kernel, run 15's profile). A measure of that kernel's cost at the
-# bench's short contexts, not a default: on one split a few long contexts run on as many thread blocks as the layer
-# has KV heads.
-IMAGE_ARM_ENGINE_ARGS: dict[str, dict[str, str]] = {
-    "image-attn-one-split": {"attention-config": '{"flash_attn_max_num_splits_for_cuda_graph": 1}'},
+    **{arm: {} for arm in IMAGE_ARM_ENGINE_ARGS},  # one vLLM flag each, no setting of the table
 }
 # The peers a user would pick instead of the image, each from a runtime of its own (bench/e2e/servers.py PEERS says
 # which settings of theirs match which of vLLM's, and why): "sglang" (SGLang 0.5.21's own server, its default MoE
