@@ -240,7 +240,8 @@ SETTINGS: tuple[Setting, ...] = (
             "(patch 0010).", parse=parse_bool, env=("LMI_BLOCK_FP8_SMALL_M_TRITON",),
             engine_env="LMI_BLOCK_FP8_SMALL_M_TRITON"),
     Setting("block_fp8_decode_gemv", "false: CUTLASS for the token counts of a small-M file's GEMV entries instead of "
-            "the matrix-vector kernel (patch 0010; no shipped file holds one until the engine bench measures it).",
+            "the matrix-vector kernel (patch 0010; configs/ holds them for the Qwen3-Coder EP8 rank's qkv and o_proj "
+            "at one token).",
             parse=parse_bool, env=("LMI_BLOCK_FP8_DECODE_GEMV",), engine_env="LMI_BLOCK_FP8_DECODE_GEMV"),
     Setting("moe_decode_gemv", "false: vLLM's fused_moe_kernel for every fused-MoE batch instead of the matrix-vector "
             "kernel where a tuned config entry of a block-FP8 shape holds a GEMV dict (few routed pairs, no expert "

@@ -157,6 +157,40 @@ def test_the_committed_gemv_figures_are_the_recorded_kernel_probe_25():
         assert f"{ratio[key]:.2f}x" in index_row, key
 
 
+def test_the_coder_ep8_gemv_file_figures_are_run_26s_two_machines():
+    """The Coder EP8 figures with the one-token GEMV files (image-candidates/stock): each repetition's line in the two
+    machines' session logs (machine A's files were lost, machine B's e2e.json holds two repetitions), paired within a
+    repetition; their medians and one-client range are the headline's, the goals row's and README's, and machine B's
+    own report agrees with its lines."""
+    data = ROOT / "bench" / "data" / "h200_block_26"
+    line = re.compile(r"rep (\d+) (stock|image-candidates): c1 (\d+) tok/s, c8 (\d+) tok/s, c32 (\d+) tok/s")
+    pairs = []
+    for log in ("machine-a.log", "session.log"):
+        reps: dict[str, dict[str, list[int]]] = {}
+        for rep, arm, *tok_s in line.findall((data / log).read_text()):
+            reps.setdefault(rep, {})[arm] = [int(v) for v in tok_s]
+        pairs += [r for r in reps.values() if len(r) == 2]
+    assert len(pairs) == 4
+    headline, goals = PAGE.split("## Goals")[0], PAGE.split("## Goals")[1].split("## What ships")[0]
+    readme_row = next(ln for ln in (ROOT / "README.md").read_text().splitlines() if "Qwen3-Coder-480B EP8" in ln)
+    medians = []
+    for i in range(3):
+        ratios = sorted(p["image-candidates"][i] / p["stock"][i] for p in pairs)
+        medians.append(f"{statistics.median(ratios):.3f}")
+        assert f"{medians[-1]} ({ratios[0]:.3f}-{ratios[-1]:.3f}" in goals, i
+        if i == 0:
+            assert ratios[0] >= 1.20 and f"{ratios[0]:.3f}-{ratios[-1]:.3f} at 1 client" in headline
+    assert "**{}x**, **{}x**, **{}x**".format(*medians) in headline
+    assert "{}x, {}x and {}x stock at 1, 8 and 32 clients".format(*medians) in readme_row
+    res = json.loads((data / "e2e.json").read_text())
+    model = "qwen3-coder-480b-ep8-block@36L"
+    for i, clients in enumerate(("1", "8", "32")):
+        recorded = paired_ratios([res], model, "throughput", "tok_s", clients, arm="image-candidates")
+        from_lines = [p["image-candidates"][i] / p["stock"][i] for p in pairs[2:]]
+        assert len(recorded) == 2 and all(abs(a - b) < 0.01 for a, b in zip(sorted(recorded), sorted(from_lines)))
+        assert f"{statistics.median(recorded):.3f} ({min(recorded):.3f}-{max(recorded):.3f})" in archived("26")
+
+
 def test_index_names_every_run_of_the_archive_and_its_data():
     index = PAGE.split("## Index of runs")[1]
     runs = re.findall(r"^### Run (\d+)\b", ARCHIVE, re.M)

@@ -1,6 +1,8 @@
 """bench/small_m_configs.py: the shipped small-M files (patch 0010) are what it makes from the decode GEMM benches of
 runs 17 (the 235B EP8 rank's shapes) and 18 (the Coder EP8 rank's), up to 8 tokens, the counts the engine bench gated
-(runs 17 and 23), and it gives the split-K kernel only the token counts where it beat CUTLASS in every repetition."""
+(runs 17 and 23), with the Coder's one-token GEMV entries from kernel probe 24b (bench/dense_gemv_probe.py
+--candidates-from, gated in run 26), and it gives the split-K kernel only the token counts where it beat CUTLASS in
+every repetition."""
 from __future__ import annotations
 
 import json
@@ -22,16 +24,25 @@ def make(source: Path, out: Path, *args: str) -> list[str]:
     return sorted(Path(line).name for line in r.stdout.split())
 
 
-# configs/' small-M files: the decode GEMM bench each came from, its flags, and the shapes taken from it
-SHIPPED = ((RUN_17, ("--max-tokens", "8"), ((1280, 4096), (4096, 1024))),
+# configs/' small-M files: the decode GEMM bench each came from, its flags, the shapes taken from it, and the dense
+# GEMV probe's shapes whose GEMV entries were then laid over them (bench/dense_gemv_probe.py --candidates-from)
+GEMV_PROBES = sorted((ROOT / "bench" / "data" / "h200_dense_gemv_probe").glob("probe_24b_*.json"))
+SHIPPED = ((RUN_17, ("--max-tokens", "8"), ((1280, 4096), (4096, 1024)), ()),
            (RUN_18 / "decode" / "decode_gemm.json", ("--max-tokens", "8", "--fused-input-quant", "6144x12288"),
-            ((14336, 6144), (6144, 12288))))
+            ((14336, 6144), (6144, 12288)), ("coder-qkv", "coder-o-proj")))
 
 
-def test_shipped_files_reproduce_from_runs_17_and_18(tmp_path):
+def test_shipped_files_reproduce_from_runs_17_and_18_and_kernel_probe_24b(tmp_path):
     expected = []
-    for i, (source, flags, shapes) in enumerate(SHIPPED):
+    for i, (source, flags, shapes, gemv_shapes) in enumerate(SHIPPED):
         made = make(source, tmp_path / str(i), *flags)
+        if gemv_shapes:
+            folder = str(tmp_path / str(i))
+            r = subprocess.run([sys.executable, "-m", "bench.dense_gemv_probe", "--shapes", *gemv_shapes,
+                                "--candidates-from", *map(str, GEMV_PROBES), "--configs-dir", folder, "--out", folder],
+                               cwd=ROOT, capture_output=True, text=True, timeout=120)
+            assert r.returncode == 0, r.stderr
+            assert len(r.stdout.split()) == len(gemv_shapes)
         for n, k in shapes:
             name = small_m_configs.file_name(n, k)
             assert name in made, (source, name)
