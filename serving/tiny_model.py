@@ -26,7 +26,7 @@ import os
 import shutil
 import sys
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Mapping
 
@@ -234,10 +234,10 @@ def make(out: Path, spec: TinySpec) -> Path:
         (tmp / "generation_config.json").write_text(json.dumps(
             {"eos_token_id": eos, "pad_token_id": ids["<|endoftext|>"], "do_sample": False}, indent=2))
 
-        from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+        from transformers import Qwen3MoeForCausalLM
 
         torch.manual_seed(spec.seed)
-        hf_cfg = Qwen3MoeConfig(**{k: v for k, v in cfg.items() if k not in ("architectures", "quantization_config")})
+        hf_cfg = _hf_config(cfg)
         if spec.direct_init:
             state = _direct_state(hf_cfg, spec)
         else:
@@ -263,14 +263,51 @@ def make(out: Path, spec: TinySpec) -> Path:
     return out
 
 
-def _direct_state(hf_cfg, spec: TinySpec) -> dict:
-    """Random weights named and shaped as the transformers model's (read on the meta device),
-    drawn tensor by tensor and quantized at once, so peak memory stays near the checkpoint's size."""
+def _hf_config(cfg: dict):
+    """The transformers config of a checkpoint's config.json (_config)."""
+    from transformers import Qwen3MoeConfig
+
+    return Qwen3MoeConfig(**{k: v for k, v in cfg.items() if k not in ("architectures", "quantization_config")})
+
+
+def _meta_state(hf_cfg, spec: TinySpec) -> dict:
+    """The checkpoint's bf16 tensors before quantization, named and shaped as the transformers model's, on the meta
+    device (no memory)."""
     import torch
     from transformers import Qwen3MoeForCausalLM
 
     with torch.device("meta"):
-        shapes = _per_expert_state(Qwen3MoeForCausalLM(hf_cfg).state_dict(), spec)
+        return _per_expert_state(Qwen3MoeForCausalLM(hf_cfg).state_dict(), spec)
+
+
+def checkpoint_bytes(spec: TinySpec) -> int:
+    """The bytes of the tensors that make(spec) writes to model.safetensors (the file is these and a header of a few
+    KB): bf16 for the router, norms and embeddings, and for an FP8 checkpoint one byte an element for each projection
+    with its float32 scales (one a tensor, one per 128 x 128 block for block FP8, and an input scale for static).
+    Every decoder layer is the same, so a depth costs what one and two layers give: no model of that depth is built."""
+    one, two = (_tensor_bytes(replace(spec, layers=n)) for n in (1, 2))
+    return one + (spec.layers - 1) * (two - one)
+
+
+def _tensor_bytes(spec: TinySpec) -> int:
+    total = 0
+    for name, t in _meta_state(_hf_config(_config(spec, eos_id=0, bos_id=0)), spec).items():
+        if not (spec.fp8 and _is_projection(name, t)):
+            total += 2 * t.numel()
+        elif spec.fp8_scheme == "block":
+            n, k = t.shape
+            total += t.numel() + 4 * -(-n // FP8_BLOCK) * -(-k // FP8_BLOCK)
+        else:
+            total += t.numel() + 4 * (2 if spec.fp8_scheme == "static" else 1)
+    return total
+
+
+def _direct_state(hf_cfg, spec: TinySpec) -> dict:
+    """Random weights named and shaped as the transformers model's (read on the meta device),
+    drawn tensor by tensor and quantized at once, so peak memory stays near the checkpoint's size."""
+    import torch
+
+    shapes = _meta_state(hf_cfg, spec)
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     gen = torch.Generator(device=dev).manual_seed(spec.seed)
     std = hf_cfg.initializer_range
@@ -329,17 +366,18 @@ def _per_expert_state(state: dict, spec: TinySpec) -> dict:
     return out
 
 
+def holds(out: Path, spec: TinySpec) -> bool:
+    """Whether `out` already holds the model of `spec` (its tiny_model.json, which make writes last)."""
+    marker = Path(out) / "tiny_model.json"
+    try:
+        return json.loads(marker.read_text()) == {"format_version": FORMAT_VERSION, **asdict(spec)}
+    except (OSError, ValueError):
+        return False
+
+
 def ensure(out: Path, spec: TinySpec = TinySpec()) -> Path:
     """Return `out`, making the model there first unless an identical one is already present."""
-    marker = Path(out) / "tiny_model.json"
-    want = {"format_version": FORMAT_VERSION, **asdict(spec)}
-    if marker.exists():
-        try:
-            if json.loads(marker.read_text()) == want:
-                return Path(out)
-        except ValueError:
-            pass
-    return make(Path(out), spec)
+    return Path(out) if holds(out, spec) else make(Path(out), spec)
 
 
 # One GPU's share of real models at tensor parallelism 8 ("TP8 shard"): attention heads and the
@@ -395,7 +433,8 @@ def default_model_dir(env: Mapping[str, str] = os.environ) -> Path:
     return cache_dir(env) / MODEL_FOLDER
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, TinySpec]:
+    """The command line's options and the model they describe (a usage error exits, as argparse does)."""
     p = argparse.ArgumentParser(prog="python -m serving.tiny_model", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=None, help=f"output folder (default: {default_model_dir()})")
     p.add_argument("--preset", choices=sorted(PRESETS), default=None,
@@ -425,6 +464,11 @@ def main(argv: list[str] | None = None) -> int:
             spec.check_tp(a.tp_friendly)
     except ValueError as e:
         p.error(str(e))
+    return a, spec
+
+
+def main(argv: list[str] | None = None) -> int:
+    a, spec = parse(argv)
     out = (ensure if a.reuse else make)(a.out or default_model_dir(), spec)
     print(out)
     return 0

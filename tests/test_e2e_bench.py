@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -959,6 +960,40 @@ def test_models_only_makes_the_models_a_later_run_reuses_and_starts_nothing(tmp_
     with pytest.raises(SystemExit) as e:  # without --models-only the same command asks for SGLang's runtime
         cli.main(argv)
     assert e.value.code == 2 and "--arms sglang: its runtime is not given" in capsys.readouterr().err
+
+
+def test_each_models_flags_make_the_spec_the_bench_checks_the_disk_for():
+    """make_model passes serving.tiny_model the flags tiny_model_args gives; tiny_model's own parser turns them into
+    the spec that Model.spec names (so the disk check sizes the checkpoint that is made)."""
+    from serving import tiny_model
+
+    for m in (*models.MODELS, models.CPU_CHECK):
+        m = models.with_layers(m, 5) if m.preset else m
+        _, spec = tiny_model.parse(["--out", "x", "--reuse", *models.tiny_model_args(m)])
+        assert spec == m.spec, m.name
+
+
+def test_a_checkpoint_the_disk_cannot_hold_is_refused_with_the_layers_that_fit(tmp_path, capsys):
+    """A model deeper than the free disk under --models-dir holds is refused before it is made (DeepSeek-V3's EP8
+    shard at 61 layers is 88 GB, over the H200 host's 64 GB disk): the message gives the checkpoint's size, a layer's
+    and the most layers that fit, which do fit and one more does not."""
+    import shutil
+
+    from serving.tiny_model import checkpoint_bytes
+
+    models_dir = tmp_path / "not-yet" / "models"
+    name, layers = "deepseek-v3-ep8-block", 100_000  # 144 TB: more than any disk here
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--stock-site", str(tmp_path), "--models-dir", str(models_dir), "--out", str(tmp_path / "o"),
+                  "--models", name, "--layers", str(layers), "--models-only"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and f"{name} at {layers} layers needs" in err, err
+    fit = int(re.search(rf"at most (\d+) of its layers fit \(--layers {name}=(\d+)\)", err)[1])
+    spec = models.with_layers(next(m for m in models.MODELS if m.name == name), layers).spec
+    room, drift = shutil.disk_usage(tmp_path).free - cli.DISK_MARGIN, 64 << 20  # the disk moves a little meanwhile
+    assert fit == 0 or checkpoint_bytes(replace(spec, layers=fit)) <= room + drift
+    assert checkpoint_bytes(replace(spec, layers=fit + 1)) > room - drift
+    assert f"needs {checkpoint_bytes(spec) / 1e9:.1f} GB" in err and not models_dir.parent.exists()
 
 
 def test_a_streamed_token_without_text_counts_as_vllms_client_counts_it():

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from serving.tiny_model import TinySpec, ensure, make
+from serving.tiny_model import TinySpec, checkpoint_bytes, ensure, holds, make
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -78,6 +78,21 @@ def test_fp8_checkpoint_format(tmp_path):
         assert torch.isfinite(w).all() and state[k].float().abs().max() > 200
     assert state["model.layers.0.mlp.gate.weight"].dtype == torch.bfloat16  # the router stays unquantized
     assert state["lm_head.weight"].dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("spec", [TinySpec(layers=3), TinySpec(layers=3, fp8=True),
+                                  TinySpec(layers=2, fp8=True, fp8_scheme="static"),
+                                  TinySpec(layers=3, hidden=384, moe_intermediate=384, fp8=True, fp8_scheme="block")],
+                         ids=["bf16", "tensor", "static", "block"])
+def test_checkpoint_bytes_are_the_tensor_bytes_make_writes(tmp_path, spec):
+    """checkpoint_bytes (what the engine bench checks the disk for before a lease makes a shard) is the data of the
+    model.safetensors that make writes: its size less the 8-byte length and the JSON header it gives; holds says
+    the folder has that model and no other."""
+    out = make(tmp_path / "m", spec)
+    raw = (out / "model.safetensors").read_bytes()
+    header = int.from_bytes(raw[:8], "little")
+    assert checkpoint_bytes(spec) == len(raw) - 8 - header
+    assert holds(out, spec) and not holds(out, TinySpec(layers=spec.layers + 1)) and not holds(tmp_path / "x", spec)
 
 
 def test_tp_friendly_check_rejects_indivisible_shapes(tmp_path):

@@ -27,9 +27,21 @@ class Model:
 
     @property
     def vocab(self) -> int:
+        return self.spec.vocab
+
+    @property
+    def spec(self):
+        """The serving.tiny_model spec of its checkpoint, the one tiny_model_args gives (a TinySpec)."""
         from serving.tiny_model import TinySpec, preset_spec
 
-        return (preset_spec(self.preset) if self.preset else TinySpec()).vocab
+        if not self.preset:
+            return TinySpec()
+        return preset_spec(self.preset, layers=self.layers, fp8=True, fp8_scheme=self.fp8)
+
+
+def tiny_model_args(m: Model) -> list[str]:
+    """serving.tiny_model's flags for the model's checkpoint (the spec they describe is m.spec)."""
+    return ["--preset", m.preset, "--layers", str(m.layers), "--fp8", m.fp8] if m.preset else []
 
 
 def with_layers(m: Model, layers: int) -> Model:
@@ -173,8 +185,6 @@ def make_model(m: Model, models_dir: Path) -> Path:
     """The model's weights in models_dir/NAME, kept there between runs (serving.tiny_model --reuse), written by a
     child process so that their memory (tens of GB for the DeepSeek-V3 shard) goes back before the servers start."""
     out = models_dir / m.name
-    cmd = [sys.executable, "-m", "serving.tiny_model", "--out", str(out), "--reuse"]
-    if m.preset:
-        cmd += ["--preset", m.preset, "--layers", str(m.layers), "--fp8", m.fp8]
+    cmd = [sys.executable, "-m", "serving.tiny_model", "--out", str(out), "--reuse", *tiny_model_args(m)]
     subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)  # its stdout: the folder's path
     return out
