@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from bench.e2e import cli, models, report, servers, traces, workload
+from bench.e2e import capacity, cli, models, report, servers, traces, workload
 from bench.e2e.config import Config
 from conftest import READY_TIMES, SESSION_ENV, early, starts_early
 from tools.launcher_process import start_session
@@ -990,10 +990,73 @@ def test_a_checkpoint_the_disk_cannot_hold_is_refused_with_the_layers_that_fit(t
     assert e.value.code == 2 and f"{name} at {layers} layers needs" in err, err
     fit = int(re.search(rf"at most (\d+) of its layers fit \(--layers {name}=(\d+)\)", err)[1])
     spec = models.with_layers(next(m for m in models.MODELS if m.name == name), layers).spec
-    room, drift = shutil.disk_usage(tmp_path).free - cli.DISK_MARGIN, 64 << 20  # the disk moves a little meanwhile
+    room, drift = shutil.disk_usage(tmp_path).free - capacity.DISK_MARGIN, 64 << 20  # the disk moves a little meanwhile
     assert fit == 0 or checkpoint_bytes(replace(spec, layers=fit)) <= room + drift
     assert checkpoint_bytes(replace(spec, layers=fit + 1)) > room - drift
     assert f"needs {checkpoint_bytes(spec) / 1e9:.1f} GB" in err and not models_dir.parent.exists()
+
+
+def _engine_log_gib(run: str, pattern: str) -> dict[str, float]:
+    """Each server's figure in GiB matched by `pattern` in a stored H200 run's servers' logs (e2e-live-logs.tar.gz)."""
+    import tarfile
+
+    found = {}
+    with tarfile.open(ROOT / "bench" / "data" / run / "e2e-live-logs.tar.gz") as tar:
+        for member in tar.getmembers():
+            if member.name.startswith("logs/") and member.name.endswith(".log"):
+                text = tar.extractfile(member).read().decode(errors="replace")
+                found[Path(member.name).stem.split(".")[-1]] = float(re.search(pattern, text)[1])
+    return found
+
+
+@pytest.mark.parametrize("run,name,layers,servers", [("h200_block_20", "qwen3-235b-ep8-block", 94, 4),
+                                                     ("h200_block_26", "qwen3-coder-480b-ep8-block", 36, 2)])
+def test_the_gpu_check_counts_the_weights_vllm_loaded_and_passes_the_servers_that_ran(run, name, layers, servers):
+    """The GPU check sizes a server's weights as the checkpoint's tensors: every server of runs 20 and 26 logged
+    loading exactly that ("Model loading took 27.53 GiB" at 94 layers of the 235B EP8 shard, 37.52 GiB at 36 of the
+    Coder's). The servers those runs started together (four 235B servers, two Coder servers) pass it in the free
+    memory their first server's log gave."""
+    from serving.tiny_model import checkpoint_bytes
+
+    m = models.with_layers(next(m for m in models.MODELS if m.name == name), layers)
+    loaded = _engine_log_gib(run, r"Model loading took ([\d.]+) GiB")
+    free = max(_engine_log_gib(run, r"Initial free memory ([\d.]+) GiB").values())
+    assert set(loaded.values()) == {round(checkpoint_bytes(m.spec) / 2**30, 2)}, loaded
+    cfg = Config(stock_site="-", models_dir=Path("-"), out=Path("-"), arms=tuple(loaded))
+    assert len(cfg.started_arms(m)) == len(loaded) == servers
+    assert capacity.gpu_shortfall(cfg, {name: m}, int(free * 2**30)) == []
+
+
+def test_servers_the_gpu_cannot_hold_together_are_refused_with_the_layers_that_fit():
+    """DeepSeek-V3's EP8 shard at its 61 layers holds 82.3 GiB of weights a server: stock and the image side by side
+    need more than an H200 has (139.1 GiB free, run 20's log), whatever the disk. The check names the most layers two
+    servers hold, which do fit and one more does not; a third arm lowers it."""
+    from serving.tiny_model import checkpoint_bytes
+
+    free = int(139.1 * 2**30)
+    name = "deepseek-v3-ep8-block"
+    m = models.with_layers(next(m for m in models.MODELS if m.name == name), 61)
+    fits = {}
+    for arms in (("stock", "image"), ("stock", "image", "image-candidates")):
+        cfg = Config(stock_site="-", models_dir=Path("-"), out=Path("-"), arms=arms)
+        [problem] = capacity.gpu_shortfall(cfg, {name: m}, free)
+        assert f"{name} at 61 layers: its {len(arms)} servers ({', '.join(arms)}) start together" in problem
+        assert "82.3 GiB of weights" in problem and "139.1 GiB free on the GPU" in problem, problem
+        fit = fits[len(arms)] = int(re.search(rf"At most (\d+) of its layers fit \d+ servers \(--layers {name}=(\d+)\)",
+                                              problem)[1])
+        server = cfg.kv_bytes + capacity.SERVER_GPU_RESERVE
+        assert len(arms) * (checkpoint_bytes(replace(m.spec, layers=fit)) + server) <= free
+        assert len(arms) * (checkpoint_bytes(replace(m.spec, layers=fit + 1)) + server) > free
+        assert capacity.gpu_shortfall(cfg, {name: models.with_layers(m, fit)}, free) == []
+    assert fits[3] < fits[2] < 61
+
+
+def test_the_gpus_free_memory_is_read_from_nvidia_smi_and_none_without_it(tmp_path, monkeypatch):
+    """nvidia-smi's free memory (MiB, as --format=csv,noheader,nounits prints it) in bytes; where no nvidia-smi is
+    on PATH (the CPU engine's runs) there is no GPU to check, and the bench starts its servers unchecked."""
+    assert capacity.parse_gpu_free("143156\n") == 143156 << 20
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert capacity.gpu_free_bytes() is None
 
 
 def test_a_streamed_token_without_text_counts_as_vllms_client_counts_it():

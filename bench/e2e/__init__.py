@@ -39,8 +39,11 @@ With --cross-check N, every measured arm is measured again after the bench's own
 project did not write, vLLM's `vllm bench serve` (random prompts of the same lengths, ignore_eos, greedy, the same
 concurrencies, the arms alternating; it streams), and e2e.md sets its paired ratios beside the bench's own.
 
+Before anything is made or started, a run that the host cannot hold is refused, naming the most layers that fit: the
+checkpoints on the disk under --models-dir, and each model's servers, started together, in the GPU's free memory.
+
 The parts: models (the models, their arms and their weights), config (one run's settings), servers (each arm's
 server: command, environment, what its log says), workload (the HTTP client, prompts and measured runs), crosscheck
 (the same arms by vLLM's own client), traces (GPU time by kernel class from the profiler), report (the tables of
-e2e.md), run (one run, model by model), cli (the command line).
+e2e.md), capacity (what the host's disk and GPU hold), run (one run, model by model), cli (the command line).
 """

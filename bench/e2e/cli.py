@@ -3,13 +3,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import signal
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 from . import __doc__ as DESCRIPTION
+from .capacity import disk_shortfall, gpu_free_bytes, gpu_shortfall
 from .config import PEER_RUNTIMES, Config
 from .models import (ARMS, CANDIDATES_ARM, CPU_CHECK, DEFAULT_LAYERS, MODELS, PEER_ARMS, Model, chosen_models,
                      make_model, parse_layers, with_layers)
@@ -99,38 +98,6 @@ def missing_runtimes(cfg: Config) -> list[str]:
     return problems
 
 
-# What the disk under --models-dir keeps free beyond the checkpoints: the servers' logs, compile caches and profiles
-DISK_MARGIN = 2 << 30
-
-
-def disk_shortfall(cfg: Config, models: dict[str, Model]) -> list[str]:
-    """The checkpoints to make (models: each by its --models name, at its depth) that the disk under --models-dir
-    cannot hold, each with the most layers that would fit: refused before a model is made or a server starts, not
-    minutes into a device lease. A folder that already holds its model needs nothing; with --drop-models a folder is
-    deleted once its servers stop, so the largest checkpoint must fit, otherwise all of them together."""
-    from serving.tiny_model import checkpoint_bytes, holds
-
-    need = {name: checkpoint_bytes(m.spec) for name, m in models.items()
-            if not holds(cfg.models_dir / m.name, m.spec)}
-    folder = next(d for d in (cfg.models_dir, *cfg.models_dir.parents) if d.exists())
-    free = shutil.disk_usage(folder).free
-    problems = []
-    for name, size in need.items():
-        room = free - DISK_MARGIN - (0 if cfg.drop_models else sum(need.values()) - size)
-        if size <= room:
-            continue
-        one, two = (checkpoint_bytes(replace(models[name].spec, layers=n)) for n in (1, 2))
-        fit = max(0, (room - one) // (two - one) + 1) if room >= one else 0
-        problems.append(
-            f"--models-dir {cfg.models_dir}: {name} at {models[name].layers} layers needs {size / 1e9:.1f} GB for its "
-            f"checkpoint ({(two - one) / 1e9:.2f} GB a layer); {free / 1e9:.1f} GB is free there, "
-            f"{DISK_MARGIN / 1e9:.1f} GB of it kept for logs and caches"
-            + ("" if cfg.drop_models or len(need) == 1 else " and the other models' checkpoints take the rest "
-               "(--drop-models keeps one at a time)")
-            + f": at most {fit} of its layers fit (--layers {name}={fit})")
-    return problems
-
-
 def arms_no_model_has(cfg: Config, chosen: list[Model]) -> list[str]:
     """An arm that --arms names and none of the chosen models has would be left out in silence: it is refused.
     (An arm some chosen models lack is left out of those; the run's log names it per model.)"""
@@ -156,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     if not cfg.models_only:
         for problem in missing_runtimes(cfg) + arms_no_model_has(cfg, chosen):
             p.error(problem)
+        if (free := gpu_free_bytes()) is not None:
+            for problem in gpu_shortfall(cfg, models, free):
+                p.error(problem)
     for problem in disk_shortfall(cfg, models):
         p.error(problem)
     if cfg.models_only:

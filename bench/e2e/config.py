@@ -7,7 +7,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .models import DEFAULT_ARMS, DEFAULT_LAYERS, MODELS
+from .models import DEFAULT_ARMS, DEFAULT_LAYERS, MODELS, Model
 
 
 # Each peer arm's runtime: the Config field (and command-line option) naming its Python, and what that Python is.
@@ -67,6 +67,10 @@ class Config:
     def max_model_len(self) -> int:
         """The longest sequence a request may have, every arm's context length: prompt, output and 64 to spare."""
         return self.in_tokens + self.out_tokens + 64
+
+    def started_arms(self, model: Model) -> list[str]:
+        """The arms of `model` this run starts, together: those --arms names, or every arm of the embedded model."""
+        return [arm for arm in model.arms if arm in self.arms or not model.preset]
 
     def peer_python(self, arm: str) -> str | None:
         """The Python a peer arm runs from (PEER_RUNTIMES), None when the run was not given it."""

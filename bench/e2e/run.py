@@ -52,7 +52,7 @@ class Run:
         lacks = [arm for arm in cfg.arms if arm not in m.arms]
         if m.preset and lacks and cfg.arms != Config.default("arms"):
             log(f"{m.name}: has no arm {', '.join(lacks)} (its arms: {', '.join(m.arms)}); those are not run on it")
-        group = {arm: start_server(cfg, m, arm, model_dir) for arm in m.arms if arm in cfg.arms or not m.preset}
+        group = {arm: start_server(cfg, m, arm, model_dir) for arm in cfg.started_arms(m)}
         try:
             # two arms at least, or nothing to compare: the others are not waited for once that cannot be
             wait_ready(list(group.values()), cfg.ready_timeout, report=log, min_ready=min(2, len(group)))

@@ -1,0 +1,98 @@
+"""What the bench's host can hold, checked before anything is made or started: the checkpoints on the disk under
+--models-dir, and each model's servers, started together, in the GPU's memory. A run that cannot fit is refused with
+the most layers that would, not minutes into a device lease."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import replace
+from typing import Mapping
+
+from serving.tiny_model import TinySpec, checkpoint_bytes, holds
+
+from .config import Config
+from .models import Model
+
+# What the disk under --models-dir keeps free beyond the checkpoints: the servers' logs, compile caches and profiles
+DISK_MARGIN = 2 << 30
+
+# What each server holds on the GPU beyond its weights (the checkpoint's tensors: vLLM's "Model loading took" equals
+# the checkpoint's size) and its KV budget: the CUDA context (0.7 GiB), the decode CUDA graphs (0.3-1.8 GiB) and the
+# start's activations (the servers' logs of runs 20 and 26; run 20 ran four 235B EP8 servers of 27.5 GiB of weights
+# each in the 139 GiB an H200 has free). A model's first warm-up may ask for more for a moment (run 21: FlashInfer's
+# autotune took 12 GiB on the Coder EP8 shard), which this does not count: passing this check is necessary, not
+# sufficient.
+SERVER_GPU_RESERVE = 3 << 30
+
+
+def layers_that_fit(spec: TinySpec, room: int) -> int:
+    """The most decoder layers of spec's checkpoint that `room` bytes hold (0 if not even one does)."""
+    one, two = (checkpoint_bytes(replace(spec, layers=n)) for n in (1, 2))
+    return max(0, (room - one) // (two - one) + 1) if room >= one else 0
+
+
+def disk_shortfall(cfg: Config, models: dict[str, Model]) -> list[str]:
+    """The checkpoints to make (models: each by its --models name, at its depth) that the disk under --models-dir
+    cannot hold, each with the most layers that would fit. A folder that already holds its model needs nothing; with
+    --drop-models a folder is deleted once its servers stop, so the largest checkpoint must fit, otherwise all of
+    them together."""
+    need = {name: checkpoint_bytes(m.spec) for name, m in models.items()
+            if not holds(cfg.models_dir / m.name, m.spec)}
+    folder = next(d for d in (cfg.models_dir, *cfg.models_dir.parents) if d.exists())
+    free = shutil.disk_usage(folder).free
+    problems = []
+    for name, size in need.items():
+        room = free - DISK_MARGIN - (0 if cfg.drop_models else sum(need.values()) - size)
+        if size <= room:
+            continue
+        spec = models[name].spec
+        layer = checkpoint_bytes(replace(spec, layers=2)) - checkpoint_bytes(replace(spec, layers=1))
+        fit = layers_that_fit(spec, room)
+        problems.append(
+            f"--models-dir {cfg.models_dir}: {name} at {models[name].layers} layers needs {size / 1e9:.1f} GB for its "
+            f"checkpoint ({layer / 1e9:.2f} GB a layer); {free / 1e9:.1f} GB is free there, "
+            f"{DISK_MARGIN / 1e9:.1f} GB of it kept for logs and caches"
+            + ("" if cfg.drop_models or len(need) == 1 else " and the other models' checkpoints take the rest "
+               "(--drop-models keeps one at a time)")
+            + f": at most {fit} of its layers fit (--layers {name}={fit})")
+    return problems
+
+
+def gpu_shortfall(cfg: Config, models: dict[str, Model], free: int) -> list[str]:
+    """Each model whose servers (the arms the run starts together, Config.started_arms) do not fit `free` bytes of
+    GPU memory: each holds the model's weights, the KV budget (--kv-bytes) and SERVER_GPU_RESERVE. With the most
+    layers that would fit as many servers."""
+    problems = []
+    per_server = cfg.kv_bytes + SERVER_GPU_RESERVE
+    for name, m in models.items():
+        arms = cfg.started_arms(m)
+        weights = checkpoint_bytes(m.spec)
+        need = len(arms) * (weights + per_server)
+        if not arms or need <= free:
+            continue
+        fit = layers_that_fit(m.spec, free // len(arms) - per_server)
+        problems.append(
+            f"{name} at {m.layers} layers: its {len(arms)} servers ({', '.join(arms)}) start together, each holding "
+            f"{weights / 2**30:.1f} GiB of weights, the {cfg.kv_bytes / 2**30:.1f} GiB KV budget (--kv-bytes) and "
+            f"{SERVER_GPU_RESERVE / 2**30:.0f} GiB for its CUDA context, graphs and activations: {need / 2**30:.1f} "
+            f"GiB, over the {free / 2**30:.1f} GiB free on the GPU. At most {fit} of its layers fit {len(arms)} "
+            f"servers (--layers {name}={fit}), or name fewer --arms")
+    return problems
+
+
+def parse_gpu_free(smi_output: str) -> int:
+    """The free bytes in `nvidia-smi -i N --query-gpu=memory.free --format=csv,noheader,nounits`'s output (MiB)."""
+    return int(smi_output.split()[0]) << 20
+
+
+def gpu_free_bytes(env: Mapping[str, str] = os.environ) -> int | None:
+    """The free memory of the GPU the servers start on (vLLM takes the first it sees: CUDA_VISIBLE_DEVICES's first,
+    else GPU 0), None where there is no nvidia-smi (the CPU engine's runs)."""
+    first = env.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip() or "0"
+    try:
+        out = subprocess.run(["nvidia-smi", "-i", first, "--query-gpu=memory.free", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return parse_gpu_free(out)
