@@ -1051,12 +1051,39 @@ def test_servers_the_gpu_cannot_hold_together_are_refused_with_the_layers_that_f
     assert fits[3] < fits[2] < 61
 
 
-def test_the_gpus_free_memory_is_read_from_nvidia_smi_and_none_without_it(tmp_path, monkeypatch):
-    """nvidia-smi's free memory (MiB, as --format=csv,noheader,nounits prints it) in bytes; where no nvidia-smi is
-    on PATH (the CPU engine's runs) there is no GPU to check, and the bench starts its servers unchecked."""
-    assert capacity.parse_gpu_free("143156\n") == 143156 << 20
+def test_the_gpu_check_waits_for_memory_being_freed_and_refuses_at_once_what_an_empty_gpu_cannot_hold():
+    """Memory that a process which just ended still holds (in use) is waited for, read again each poll; a run that
+    would not fit even the whole GPU (free and used together) is refused at the first reading, not after the wait."""
+    gib = 2**30
+    cfg = Config(stock_site="-", models_dir=Path("-"), out=Path("-"),
+                 arms=("stock", "image", "image-candidates", "vllm-latest"))
+    m = models.with_layers(next(m for m in models.MODELS if m.name == "qwen3-235b-ep8-block"), 94)
+    readings, waits = iter([(40 * gib, 99 * gib), (100 * gib, 39 * gib), (139 * gib, 0)]), []
+    assert capacity.gpu_problems(cfg, {m.name: m}, poll_s=0, log=waits.append, read=lambda: next(readings)) == []
+    assert len(waits) == 2 and "40.0 GiB free on the GPU and 99.0 GiB in use" in waits[0]
+    readings = iter([(100 * gib, 39 * gib)] * 3)  # never freed: refused once settle_s has passed
+    [problem] = capacity.gpu_problems(cfg, {m.name: m}, settle_s=0, poll_s=0, log=waits.append,
+                                      read=lambda: next(readings))
+    assert "its 4 servers" in problem and "100.0 GiB free" in problem
+    deepseek = models.with_layers(next(m for m in models.MODELS if m.name == "deepseek-v3-ep8-block"), 61)
+    cfg = Config(stock_site="-", models_dir=Path("-"), out=Path("-"), arms=("stock", "image"))
+    [problem] = capacity.gpu_problems(cfg, {deepseek.name: deepseek}, log=pytest.fail,
+                                      read=lambda: (70 * gib, 69 * gib))
+    assert "70.0 GiB free" in problem
+
+
+def test_the_gpus_memory_is_read_from_nvidia_smi_and_none_without_it(tmp_path, monkeypatch):
+    """nvidia-smi's free and used memory (MiB, as --format=csv,noheader,nounits prints them) in bytes; where no
+    nvidia-smi is on PATH (the CPU engine's runs) there is no GPU to check, and the bench starts its servers
+    unchecked."""
+    assert capacity.parse_gpu_memory("142445, 581\n") == (142445 << 20, 581 << 20)
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert capacity.gpu_free_bytes() is None
+    assert capacity.gpu_memory() is None
+    cfg = Config(stock_site="-", models_dir=tmp_path, out=tmp_path, arms=("stock", "image"))
+    deepseek = models.with_layers(next(m for m in models.MODELS if m.name == "deepseek-v3-ep8-block"), 61)
+    t0 = time.monotonic()
+    assert capacity.gpu_problems(cfg, {deepseek.name: deepseek}, log=pytest.fail) == []
+    assert time.monotonic() - t0 < 5  # no GPU: nothing to wait for
 
 
 def test_a_streamed_token_without_text_counts_as_vllms_client_counts_it():

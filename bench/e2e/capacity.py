@@ -6,8 +6,9 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from dataclasses import replace
-from typing import Mapping
+from typing import Callable, Mapping
 
 from serving.tiny_model import TinySpec, checkpoint_bytes, holds
 
@@ -81,18 +82,38 @@ def gpu_shortfall(cfg: Config, models: dict[str, Model], free: int) -> list[str]
     return problems
 
 
-def parse_gpu_free(smi_output: str) -> int:
-    """The free bytes in `nvidia-smi -i N --query-gpu=memory.free --format=csv,noheader,nounits`'s output (MiB)."""
-    return int(smi_output.split()[0]) << 20
+def parse_gpu_memory(smi_output: str) -> tuple[int, int]:
+    """The free and used bytes in `nvidia-smi -i N --query-gpu=memory.free,memory.used --format=csv,noheader,nounits`'s
+    output (MiB)."""
+    free, used = (int(v) << 20 for v in smi_output.split(","))
+    return free, used
 
 
-def gpu_free_bytes(env: Mapping[str, str] = os.environ) -> int | None:
-    """The free memory of the GPU the servers start on (vLLM takes the first it sees: CUDA_VISIBLE_DEVICES's first,
-    else GPU 0), None where there is no nvidia-smi (the CPU engine's runs)."""
+def gpu_memory(env: Mapping[str, str] = os.environ) -> tuple[int, int] | None:
+    """The free and used memory of the GPU the servers start on (vLLM takes the first it sees: CUDA_VISIBLE_DEVICES's
+    first, else GPU 0), None where there is no nvidia-smi (the CPU engine's runs)."""
     first = env.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip() or "0"
     try:
-        out = subprocess.run(["nvidia-smi", "-i", first, "--query-gpu=memory.free", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=60, check=True).stdout
+        out = subprocess.run(["nvidia-smi", "-i", first, "--query-gpu=memory.free,memory.used",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=60,
+                             check=True).stdout
     except (OSError, subprocess.SubprocessError):
         return None
-    return parse_gpu_free(out)
+    return parse_gpu_memory(out)
+
+
+def gpu_problems(cfg: Config, models: dict[str, Model], settle_s: float = 120.0, poll_s: float = 5.0,
+                 log: Callable[[str], None] = print,
+                 read: Callable[[], tuple[int, int] | None] = gpu_memory) -> list[str]:
+    """gpu_shortfall against the GPU's free memory as `read` gives it (none where there is no GPU). A shortfall that
+    the GPU would have even empty (its free and used memory together) is refused at once; otherwise the memory is
+    read again every poll_s for up to settle_s: what a process that just ended held (the smoke test's server, a
+    kernel probe of the same device session) comes back within seconds, and is no reason to refuse the run."""
+    deadline = time.monotonic() + settle_s
+    while (memory := read()) is not None and (problems := gpu_shortfall(cfg, models, memory[0])):
+        if gpu_shortfall(cfg, models, sum(memory)) or time.monotonic() >= deadline:
+            return problems
+        log(f"{memory[0] / 2**30:.1f} GiB free on the GPU and {memory[1] / 2**30:.1f} GiB in use, too little for the "
+            f"run's servers: read again in {poll_s:.0f} s (for up to {settle_s:.0f} s)")
+        time.sleep(poll_s)
+    return []

@@ -8,12 +8,12 @@ import sys
 from pathlib import Path
 
 from . import __doc__ as DESCRIPTION
-from .capacity import disk_shortfall, gpu_free_bytes, gpu_shortfall
+from .capacity import disk_shortfall, gpu_problems
 from .config import PEER_RUNTIMES, Config
 from .models import (ARMS, CANDIDATES_ARM, CPU_CHECK, DEFAULT_LAYERS, MODELS, PEER_ARMS, Model, chosen_models,
                      make_model, parse_layers, with_layers)
 from .report import summarize
-from .run import run
+from .run import log, run
 from .workload import LATENCY_CONCURRENCY, THROUGHPUT_CONCURRENCY
 
 
@@ -123,9 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     if not cfg.models_only:
         for problem in missing_runtimes(cfg) + arms_no_model_has(cfg, chosen):
             p.error(problem)
-        if (free := gpu_free_bytes()) is not None:
-            for problem in gpu_shortfall(cfg, models, free):
-                p.error(problem)
+        for problem in gpu_problems(cfg, models, log=log):
+            p.error(problem)
     for problem in disk_shortfall(cfg, models):
         p.error(problem)
     if cfg.models_only:
