@@ -22,7 +22,7 @@ DISK_MARGIN = 2 << 30
 # the checkpoint's size) and its KV budget: the CUDA context (0.7 GiB), the decode CUDA graphs (0.3-1.8 GiB) and the
 # start's activations (the servers' logs of runs 20 and 26; run 20 ran four 235B EP8 servers of 27.5 GiB of weights
 # each in the 139 GiB an H200 has free). A model's first warm-up may ask for more for a moment (run 21: FlashInfer's
-# autotune took 12 GiB on the Coder EP8 shard), which this does not count: passing this check is necessary, not
+# autotune asked for 12 GiB on the Coder EP8 shard), which this does not count: passing this check is necessary, not
 # sufficient.
 SERVER_GPU_RESERVE = 3 << 30
 
