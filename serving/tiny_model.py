@@ -285,8 +285,14 @@ def checkpoint_bytes(spec: TinySpec) -> int:
     KB): bf16 for the router, norms and embeddings, and for an FP8 checkpoint one byte an element for each projection
     with its float32 scales (one a tensor, one per 128 x 128 block for block FP8, and an input scale for static).
     Every decoder layer is the same, so a depth costs what one and two layers give: no model of that depth is built."""
+    one, layer = layer_bytes(spec)
+    return one + (spec.layers - 1) * layer
+
+
+def layer_bytes(spec: TinySpec) -> tuple[int, int]:
+    """checkpoint_bytes of spec at one decoder layer, and what each further layer adds."""
     one, two = (_tensor_bytes(replace(spec, layers=n)) for n in (1, 2))
-    return one + (spec.layers - 1) * (two - one)
+    return one, two - one
 
 
 def _tensor_bytes(spec: TinySpec) -> int:

@@ -28,6 +28,12 @@ H200_RUN_5 = ROOT / "bench" / "data" / "h200_engine_5" / "e2e.json"
 H200_RUN_6 = ROOT / "bench" / "data" / "h200_engine_6" / "e2e.json"
 
 
+
+def _model(name: str, layers: int | None = None) -> models.Model:
+    """The bench's model of that --models name, at `layers` if given."""
+    m = models.chosen_models([name])[0]
+    return m if layers is None else models.with_layers(m, layers)
+
 # The CPU check proves the bench's mechanics, not the CPU's speed: a short workload at two concurrencies
 # (the warm-up pass still covers every one), two repetitions to show the arms alternate. Prompts longer than one
 # KV block of the CPU engine (128 tokens): a prompt sent twice would be a prefix-cache hit the servers count.
@@ -365,7 +371,7 @@ def test_a_models_engine_args_reach_both_arms_as_the_same_vllm_flags(tmp_path):
 def test_the_vllm_quant_arm_differs_from_the_image_by_patch_0006s_switch_alone(tmp_path):
     """image-vllm-quant: the image's launcher hands the engine LMI_FP8_MOE_ONE_LAUNCH_QUANT=0 (vLLM's own
     two-kernel quantization); the image arm leaves the patched default; the engine flags are the same."""
-    m = next(m for m in models.MODELS if m.name == "qwen3-235b-tp8-tensor")
+    m = _model("qwen3-235b-tp8-tensor")
     assert "image-vllm-quant" in m.arms and "image-vllm-quant" in models.MEASURED_ARMS
     cfg = _bench_config(tmp_path)
     plans = {arm: _image_launch_plan(servers.server_command(cfg, m, arm, tmp_path / "model", 8002)[1])
@@ -411,7 +417,7 @@ def test_the_one_split_attention_arm_is_the_image_with_vllms_split_cap_at_one(tm
 
     from serving.vllm_args import _raising_parser
 
-    m = next(m for m in models.MODELS if m.name == "qwen3-coder-480b-ep8-block")
+    m = _model("qwen3-coder-480b-ep8-block")
     assert models.ATTN_ONE_SPLIT_ARM in m.arms and models.ATTN_ONE_SPLIT_ARM in models.MEASURED_ARMS
     cfg = _bench_config(tmp_path)
     argv = {arm: _image_launch_plan(servers.server_command(cfg, m, arm, tmp_path / "model", 8002)[1]).argv
@@ -437,7 +443,7 @@ def test_the_no_nvcc_arm_is_the_image_as_its_container_runs_it(tmp_path, monkeyp
     (cuda / "bin" / "nvcc").chmod(0o755)
     monkeypatch.setenv("PATH", f"{cuda / 'bin'}{os.pathsep}/usr/bin")
     monkeypatch.setenv("CUDA_HOME", str(cuda))
-    m = next(m for m in models.MODELS if m.name == "qwen3-coder-480b-ep8-block")
+    m = _model("qwen3-coder-480b-ep8-block")
     assert models.NO_NVCC_ARM in m.arms and models.NO_NVCC_ARM in models.MEASURED_ARMS
     cfg = _bench_config(tmp_path)
     envs = {arm: servers.server_command(cfg, m, arm, tmp_path / "model", 8002)[1]
@@ -469,7 +475,7 @@ def test_the_candidates_arm_serves_configs_with_the_candidate_files_laid_over_th
         for name in names:
             (folder / name).write_text(json.dumps({"from": folder.name}))
     monkeypatch.setenv("LMI_CONFIGS_DIR", str(shipped))  # as the H200 session sets it after a tune
-    m = next(m for m in models.MODELS if m.name == "qwen3-235b-ep8-block")
+    m = _model("qwen3-235b-ep8-block")
     assert "image-candidates" in m.arms and "image-candidates" in models.MEASURED_ARMS
     cfg = replace(_bench_config(tmp_path), candidate_configs=candidates, arms=("stock", "image", "image-candidates"))
     assert cli.missing_runtimes(cfg) == []
@@ -783,7 +789,7 @@ def test_the_sglang_arm_runs_sglangs_server_on_the_stock_arms_settings(tmp_path)
     """sglang: SGLang 0.5.21's own server from its runtime's Python, each of the stock arm's settings carried by the
     SGLang setting servers.PEERS names: the same context length, batch limit and KV budget (in tokens: 1.5 GiB of
     the 94-layer 235B shard is the 33,456 tokens vLLM's own log gave in H200 run 9), its default MoE runner."""
-    model = next(m for m in models.MODELS if m.name == "qwen3-235b-tp8-tensor")
+    model = _model("qwen3-235b-tp8-tensor")
     assert "sglang" in model.arms and "vllm-latest" in model.arms
     cfg, shard = _peer_config(tmp_path), _shard(tmp_path)
     stock, _ = servers.server_command(cfg, model, "stock", shard, 8001)
@@ -989,7 +995,7 @@ def test_a_checkpoint_the_disk_cannot_hold_is_refused_with_the_layers_that_fit(t
     err = capsys.readouterr().err
     assert e.value.code == 2 and f"{name} at {layers} layers needs" in err, err
     fit = int(re.search(rf"at most (\d+) of its layers fit \(--layers {name}=(\d+)\)", err)[1])
-    spec = models.with_layers(next(m for m in models.MODELS if m.name == name), layers).spec
+    spec = _model(name, layers).spec
     room, drift = shutil.disk_usage(tmp_path).free - capacity.DISK_MARGIN, 64 << 20  # the disk moves a little meanwhile
     assert fit == 0 or checkpoint_bytes(replace(spec, layers=fit)) <= room + drift
     assert checkpoint_bytes(replace(spec, layers=fit + 1)) > room - drift
@@ -1018,7 +1024,7 @@ def test_the_gpu_check_counts_the_weights_vllm_loaded_and_passes_the_servers_tha
     memory their first server's log gave."""
     from serving.tiny_model import checkpoint_bytes
 
-    m = models.with_layers(next(m for m in models.MODELS if m.name == name), layers)
+    m = _model(name, layers)
     loaded = _engine_log_gib(run, r"Model loading took ([\d.]+) GiB")
     free = max(_engine_log_gib(run, r"Initial free memory ([\d.]+) GiB").values())
     assert set(loaded.values()) == {round(checkpoint_bytes(m.spec) / 2**30, 2)}, loaded
@@ -1035,7 +1041,7 @@ def test_servers_the_gpu_cannot_hold_together_are_refused_with_the_layers_that_f
 
     free = int(139.1 * 2**30)
     name = "deepseek-v3-ep8-block"
-    m = models.with_layers(next(m for m in models.MODELS if m.name == name), 61)
+    m = _model(name, 61)
     fits = {}
     for arms in (("stock", "image"), ("stock", "image", "image-candidates")):
         cfg = Config(stock_site="-", models_dir=Path("-"), out=Path("-"), arms=arms)
@@ -1057,7 +1063,7 @@ def test_the_gpu_check_waits_for_memory_being_freed_and_refuses_at_once_what_an_
     gib = 2**30
     cfg = Config(stock_site="-", models_dir=Path("-"), out=Path("-"),
                  arms=("stock", "image", "image-candidates", "vllm-latest"))
-    m = models.with_layers(next(m for m in models.MODELS if m.name == "qwen3-235b-ep8-block"), 94)
+    m = _model("qwen3-235b-ep8-block", 94)
     readings, waits = iter([(40 * gib, 99 * gib), (100 * gib, 39 * gib), (139 * gib, 0)]), []
     assert capacity.gpu_problems(cfg, {m.name: m}, poll_s=0, log=waits.append, read=lambda: next(readings)) == []
     assert len(waits) == 2 and "40.0 GiB free on the GPU and 99.0 GiB in use" in waits[0]
@@ -1065,7 +1071,7 @@ def test_the_gpu_check_waits_for_memory_being_freed_and_refuses_at_once_what_an_
     [problem] = capacity.gpu_problems(cfg, {m.name: m}, settle_s=0, poll_s=0, log=waits.append,
                                       read=lambda: next(readings))
     assert "its 4 servers" in problem and "100.0 GiB free" in problem
-    deepseek = models.with_layers(next(m for m in models.MODELS if m.name == "deepseek-v3-ep8-block"), 61)
+    deepseek = _model("deepseek-v3-ep8-block", 61)
     cfg = Config(stock_site="-", models_dir=Path("-"), out=Path("-"), arms=("stock", "image"))
     [problem] = capacity.gpu_problems(cfg, {deepseek.name: deepseek}, log=pytest.fail,
                                       read=lambda: (70 * gib, 69 * gib))
@@ -1080,7 +1086,7 @@ def test_the_gpus_memory_is_read_from_nvidia_smi_and_none_without_it(tmp_path, m
     monkeypatch.setenv("PATH", str(tmp_path))
     assert capacity.gpu_memory() is None
     cfg = Config(stock_site="-", models_dir=tmp_path, out=tmp_path, arms=("stock", "image"))
-    deepseek = models.with_layers(next(m for m in models.MODELS if m.name == "deepseek-v3-ep8-block"), 61)
+    deepseek = _model("deepseek-v3-ep8-block", 61)
     t0 = time.monotonic()
     assert capacity.gpu_problems(cfg, {deepseek.name: deepseek}, log=pytest.fail) == []
     assert time.monotonic() - t0 < 5  # no GPU: nothing to wait for

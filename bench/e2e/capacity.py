@@ -7,10 +7,9 @@ import os
 import shutil
 import subprocess
 import time
-from dataclasses import replace
 from typing import Callable, Mapping
 
-from serving.tiny_model import TinySpec, checkpoint_bytes, holds
+from serving.tiny_model import TinySpec, checkpoint_bytes, holds, layer_bytes
 
 from .config import Config
 from .models import Model
@@ -29,8 +28,8 @@ SERVER_GPU_RESERVE = 3 << 30
 
 def layers_that_fit(spec: TinySpec, room: int) -> int:
     """The most decoder layers of spec's checkpoint that `room` bytes hold (0 if not even one does)."""
-    one, two = (checkpoint_bytes(replace(spec, layers=n)) for n in (1, 2))
-    return max(0, (room - one) // (two - one) + 1) if room >= one else 0
+    one, layer = layer_bytes(spec)
+    return max(0, (room - one) // layer + 1) if room >= one else 0
 
 
 def disk_shortfall(cfg: Config, models: dict[str, Model]) -> list[str]:
@@ -48,7 +47,7 @@ def disk_shortfall(cfg: Config, models: dict[str, Model]) -> list[str]:
         if size <= room:
             continue
         spec = models[name].spec
-        layer = checkpoint_bytes(replace(spec, layers=2)) - checkpoint_bytes(replace(spec, layers=1))
+        layer = layer_bytes(spec)[1]
         fit = layers_that_fit(spec, room)
         problems.append(
             f"--models-dir {cfg.models_dir}: {name} at {models[name].layers} layers needs {size / 1e9:.1f} GB for its "
