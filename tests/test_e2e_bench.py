@@ -1002,6 +1002,9 @@ def test_a_checkpoint_the_disk_cannot_hold_is_refused_with_the_layers_that_fit(t
     assert f"needs {checkpoint_bytes(spec) / 1e9:.1f} GB" in err and not models_dir.parent.exists()
 
 
+H200_FREE = int(139.1 * 2**30)  # an H200's free memory when the bench's first server starts (run 20's log)
+
+
 def _engine_log_gib(run: str, pattern: str) -> dict[str, float]:
     """Each server's figure in GiB matched by `pattern` in a stored H200 run's servers' logs (e2e-live-logs.tar.gz)."""
     import tarfile
@@ -1039,7 +1042,7 @@ def test_servers_the_gpu_cannot_hold_together_are_refused_with_the_layers_that_f
     servers hold, which do fit and one more does not; a third arm lowers it."""
     from serving.tiny_model import checkpoint_bytes
 
-    free = int(139.1 * 2**30)
+    free = H200_FREE
     name = "deepseek-v3-ep8-block"
     m = _model(name, 61)
     fits = {}
@@ -1055,6 +1058,39 @@ def test_servers_the_gpu_cannot_hold_together_are_refused_with_the_layers_that_f
         assert len(arms) * (checkpoint_bytes(replace(m.spec, layers=fit + 1)) + server) > free
         assert capacity.gpu_shortfall(cfg, {name: models.with_layers(m, fit)}, free) == []
     assert fits[3] < fits[2] < 61
+
+
+def _newest_run_commands() -> list[tuple[str, list[str]]]:
+    """Each `tools/h200_session.sh` command of bench/RESULTS-archive.md's newest "### Run" section (the run's own and
+    the next leases' it plans): (its PEERS, its E2E_ARGS split as the shell splits them)."""
+    import shlex
+
+    archive = (ROOT / "bench" / "RESULTS-archive.md").read_text()
+    section = archive[archive.rindex("\n### Run "):]
+    section = re.sub(r"\\\n\s*", " ", section.split("\n## ", 1)[0])  # the shell's line continuations joined
+    command = r'(?:PEERS=("[^"]*"|\S+) )?E2E_ARGS="([^"]*)"[^\n]*h200_session[.]sh'
+    return [(peers, shlex.split(args)) for peers, args in re.findall(command, section)]
+
+
+def test_the_newest_runs_lease_commands_would_start_on_an_h200(tmp_path):
+    """A lease is half an hour of a scarce machine: every engine bench the archive's newest run section gives to run
+    next passes the checks the bench makes before it starts anything (its flags, its arms for its models, the peers'
+    runtimes as the session script passes them, the candidates' folder) and its servers, started together, fit an
+    H200's free memory (139.1 GiB, run 20's log)."""
+    commands = _newest_run_commands()
+    assert len(commands) >= 3, commands  # run 26's own, and the Coder-against-a-peer and DeepSeek-V3 leases
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\n")
+    python.chmod(0o755)
+    for peers, args in commands:
+        peer_args = [a for peer in peers.strip('"').split() for a in (f"--{peer}-python", str(python))]
+        cfg = Config.from_args(cli.parser().parse_args(
+            ["--stock-site", "-", "--models-dir", "-", "--out", "-", *peer_args, *args]))
+        chosen = models.chosen_models(list(cfg.models))
+        depth = models.parse_layers(list(cfg.layers), [m.name for m in chosen])
+        deep = {m.name: models.with_layers(m, depth[m.name]) for m in chosen}
+        assert cli.missing_runtimes(cfg) + cli.arms_no_model_has(cfg, chosen) == [], args
+        assert capacity.gpu_shortfall(cfg, deep, H200_FREE) == [], args
 
 
 def test_the_gpu_check_waits_for_memory_being_freed_and_refuses_at_once_what_an_empty_gpu_cannot_hold():
