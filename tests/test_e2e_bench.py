@@ -1072,11 +1072,12 @@ def _newest_run_commands() -> list[tuple[str, list[str]]]:
     return [(peers, shlex.split(args)) for peers, args in re.findall(command, section)]
 
 
-def test_the_newest_runs_lease_commands_would_start_on_an_h200(tmp_path):
+def test_the_newest_runs_lease_commands_would_start_on_an_h200(tmp_path, monkeypatch):
     """A lease is half an hour of a scarce machine: every engine bench the archive's newest run section gives to run
     next passes the checks the bench makes before it starts anything (its flags, its arms for its models, the peers'
     runtimes as the session script passes them, the candidates' folder) and its servers, started together, fit an
     H200's free memory (139.1 GiB, run 20's log)."""
+    monkeypatch.chdir(ROOT)  # the session script runs them in the repository's root: their paths are relative to it
     commands = _newest_run_commands()
     assert len(commands) >= 3, commands  # run 26's own, and the Coder-against-a-peer and DeepSeek-V3 leases
     python = tmp_path / "python"
