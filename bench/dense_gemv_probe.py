@@ -43,14 +43,15 @@ TOLERANCE = 2e-2  # relative Frobenius error against the float32 reference: fp8 
 MAX_WEIGHT_SETS = 64  # the 235B's o_proj (4 MB) takes 45 for three times L2
 
 # (N, K) of one rank's attention GEMMs: the Qwen3-Coder EP8 rank (all 96 query heads and 8 KV heads: N = (96 + 2 x 8)
-# x 128), the Qwen3-235B EP8 rank (TP8 heads: 8 query heads and one KV head: N = (8 + 2) x 128), DeepSeek-V3's EP8
-# rank's fused q/kv down-projection
+# x 128), the Qwen3-235B EP8 rank (TP8 heads: 8 query heads and one KV head: N = (8 + 2) x 128), the DeepSeek-V3 EP8
+# shard's (TP8 heads of its Qwen3 attention: 16 query heads and one KV head, N = (16 + 2) x 128, o_proj K = 16 x 128)
 SHAPES = {
     "coder-qkv": (14336, 6144),
     "coder-o-proj": (6144, 12288),
     "235b-qkv": (1280, 4096),
     "235b-o-proj": (4096, 1024),
     "deepseek-v3-qkv": (2304, 7168),
+    "deepseek-v3-o-proj": (7168, 2048),
 }
 PROBED_BY_DEFAULT = ("coder-qkv", "coder-o-proj")  # --shapes when a probe is not given it
 # Patch 0010's GEMV dicts to try (kernel probe 24b's best at one token: 4 rows and K steps of 2,048 for the Coder's
