@@ -28,11 +28,11 @@ H200_RUN_5 = ROOT / "bench" / "data" / "h200_engine_5" / "e2e.json"
 H200_RUN_6 = ROOT / "bench" / "data" / "h200_engine_6" / "e2e.json"
 
 
-
 def _model(name: str, layers: int | None = None) -> models.Model:
     """The bench's model of that --models name, at `layers` if given."""
     m = models.chosen_models([name])[0]
     return m if layers is None else models.with_layers(m, layers)
+
 
 # The CPU check proves the bench's mechanics, not the CPU's speed: a short workload at two concurrencies
 # (the warm-up pass still covers every one), two repetitions to show the arms alternate. Prompts longer than one
@@ -732,6 +732,10 @@ def test_a_bad_layers_token_is_refused_before_anything_starts(tmp_path, capsys):
                         str(tmp_path / "o"), "--work", str(tmp_path / "w"), "--models", "qwen3-235b-tp8-tensor",
                         "--layers", "qwen3-coder-480b-tp8-tensor=40"])
     assert e.value.code == 2 and "--layers qwen3-coder-480b-tp8-tensor=40" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:  # the embedded model has one depth
+        cli.main(["--stock-site", str(tmp_path), "--models-dir", str(tmp_path / "m"), "--out", str(tmp_path / "o"),
+                  "--models", "tiny-cpu", "--layers", "5", "--models-only"])
+    assert e.value.code == 2 and "tiny-cpu is the embedded model, its depth is fixed" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
 
 
@@ -1087,10 +1091,8 @@ def test_the_newest_runs_lease_commands_would_start_on_an_h200(tmp_path, monkeyp
         peer_args = [a for peer in peers.strip('"').split() for a in (f"--{peer}-python", str(python))]
         cfg = Config.from_args(cli.parser().parse_args(
             ["--stock-site", "-", "--models-dir", "-", "--out", "-", *peer_args, *args]))
-        chosen = models.chosen_models(list(cfg.models))
-        depth = models.parse_layers(list(cfg.layers), [m.name for m in chosen])
-        deep = {m.name: models.with_layers(m, depth[m.name]) for m in chosen}
-        assert cli.missing_runtimes(cfg) + cli.arms_no_model_has(cfg, chosen) == [], args
+        deep = cli.models_at_depth(cfg)
+        assert cli.missing_runtimes(cfg) + cli.arms_no_model_has(cfg, list(deep.values())) == [], args
         assert capacity.gpu_shortfall(cfg, deep, H200_FREE) == [], args
 
 

@@ -108,20 +108,27 @@ def arms_no_model_has(cfg: Config, chosen: list[Model]) -> list[str]:
             f"their arms: {', '.join(sorted(offered))}" for arm in cfg.arms if arm not in offered]
 
 
+def models_at_depth(cfg: Config) -> dict[str, Model]:
+    """The models of --models, in their order, each at its --layers depth; a ValueError names a --layers that
+    cannot be."""
+    depth = parse_layers(list(cfg.layers), list(dict.fromkeys(cfg.models)))
+    chosen = chosen_models(list(cfg.models))
+    for m in chosen:
+        if not m.preset and depth[m.name] != DEFAULT_LAYERS:
+            raise ValueError(f"--layers: {m.name} is the embedded model, its depth is fixed; give the others' as "
+                             "MODEL=N")
+    return {m.name: with_layers(m, depth[m.name]) for m in chosen}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = parser()
     cfg = Config.from_args(p.parse_args(argv))
     try:
-        depth = parse_layers(list(cfg.layers), list(dict.fromkeys(cfg.models)))
+        models = models_at_depth(cfg)
     except ValueError as e:
         p.error(str(e))
-    chosen = chosen_models(list(cfg.models))
-    for m in chosen:
-        if not m.preset and depth[m.name] != DEFAULT_LAYERS:
-            p.error(f"--layers: {m.name} is the embedded model, its depth is fixed; give the others' as MODEL=N")
-    models = {m.name: with_layers(m, depth[m.name]) for m in chosen}
     if not cfg.models_only:
-        for problem in missing_runtimes(cfg) + arms_no_model_has(cfg, chosen):
+        for problem in missing_runtimes(cfg) + arms_no_model_has(cfg, list(models.values())):
             p.error(problem)
         for problem in gpu_problems(cfg, models, log=log):
             p.error(problem)
