@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import itertools
 import json
-from pathlib import Path
 
 import torch
 import triton
 import triton.language as tl
 
 from bench.moe.kernel_source import load_definitions
+from check_script import vllm_file  # this script's folder comes first on its path
 
 BLOCK = 128
 # The GEMV cases, (tokens, activation-scale layout) -> (BLOCK_SIZE_N, BLOCK_SIZE_K) each: 8-row programs sharing a
@@ -22,9 +22,7 @@ GEMV_CASES = {(1, "row"): ((8, BLOCK),), (3, "col-major"): ((32, BLOCK),), (8, "
 
 
 def main() -> None:
-    import vllm
-
-    fp8_utils = Path(vllm.__file__).parent / "model_executor/layers/quantization/utils/fp8_utils.py"
+    fp8_utils = vllm_file("model_executor/layers/quantization/utils/fp8_utils.py")
     mod = load_definitions(str(fp8_utils), ("LMI_GEMV_KEY", "_lmi_block_fp8_mm_small_m", "lmi_block_fp8_small_m_mm",
                                             "_lmi_block_fp8_gemv", "lmi_block_fp8_gemv"), "fp8_small_m")
     torch.manual_seed(0)

@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import pytest
 
+from check_script import Check, check_result
 from tools import launcher_process
 from tools.launcher_process import Server, free_port, stop  # noqa: F401  (re-exported for tests)
 
@@ -198,13 +199,120 @@ def early(request, name: str) -> Any:
 
 
 def pytest_collection_modifyitems(items):
-    """The tests that need no engine first (while the early starts boot), then the engine's, and last the tests
-    that end a shared server (marked ends_shared_server), after every other test that uses it."""
+    """The tests that need no engine first (while the early starts boot), then the engine's, then the tests that
+    end a shared server (marked ends_shared_server), after every other test that uses it, and last the tests that
+    read a check run in the background (check_fixture), by when most of those have run on the CPU left idle."""
     def group(item) -> int:
+        if any(name in CHECKS for name in item.fixturenames):
+            return 3
         if item.get_closest_marker("ends_shared_server"):
             return 2
         return 1 if item.get_closest_marker("engine") else 0
     items.sort(key=group)  # stable: file order within each group
+
+
+# -- checks in the background --------------------------------------------------------------------
+# A check script (tests/check_script.py) needs no engine but up to minutes of CPU (Triton's interpreter). The
+# selected ones run one after another from the session's start, in a session of their own at the lowest CPU
+# priority, so they take the CPU the other tests leave idle (the engine tests mostly wait on their servers); the
+# tests that read them run last (pytest_collection_modifyitems) and wait for what is left.
+
+CHECKS: dict[str, Callable[[Path], Check]] = {}  # fixture name -> fn(a temporary folder of its own) giving the check
+CHECK_NICE = 19
+CHECK_WAIT_S = 600  # from when a test starts waiting for its check, not from the check's start at CHECK_NICE
+
+
+def check_fixture(name: str, make: Callable[[Path], Check]):
+    """A module-scoped fixture `name` whose value is the JSON object of the check make(tmp) gives, run in the
+    background from the session's start. Assign it to an attribute of the test module."""
+    assert name not in CHECKS, f"two checks named {name}: a check's fixture name is the session's"
+    CHECKS[name] = make
+
+    @pytest.fixture(scope="module", name=name)
+    def result(request):
+        return request.getfixturevalue("background_checks").result(name)
+    return result
+
+
+class _CheckRun:
+    def __init__(self, check: Check):
+        self.check = check
+        self.proc: subprocess.Popen | None = None
+        self.done = threading.Event()
+        self.outcome: tuple[int, str, str] | None = None  # returncode, stdout, stderr
+
+
+class BackgroundChecks:
+    """The checks given, run in their order (their first use) by one thread, each once memory allows; a check
+    asked for that is not among them (a fixture requested dynamically) is made by make(name) and run when asked."""
+
+    def __init__(self, checks: dict[str, Check], make: Callable[[str], Check] | None = None):
+        self._make = make
+        self._runs = {name: _CheckRun(check) for name, check in checks.items()}
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._run_all, daemon=True)
+        self._thread.start()
+
+    def _run_all(self) -> None:
+        for run in self._runs.values():
+            while _memory_available() < EARLY_MEMORY_FLOOR and not self._closed.wait(1):
+                pass
+            with self._lock:  # no check starts once close() began
+                if self._closed.is_set():
+                    return
+                self._start(run, CHECK_NICE)
+            self._finish(run)
+
+    @staticmethod
+    def _start(run: _CheckRun, nice: int) -> None:
+        try:
+            run.proc = subprocess.Popen(run.check.command(), cwd=TESTS.parent, env=run.check.environ(SESSION_ENV),
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                        start_new_session=True)
+        except OSError as e:
+            run.outcome = (-1, "", f"the check could not start: {e}")
+            run.done.set()
+            return
+        launcher_process.yield_cpu(run.proc.pid, nice)
+
+    @staticmethod
+    def _finish(run: _CheckRun) -> None:
+        if run.proc is not None:
+            out, err = run.proc.communicate()
+            run.outcome = (run.proc.returncode, out, err)
+            run.done.set()
+
+    def result(self, name: str) -> dict:
+        run = self._runs.get(name)
+        if run is None:
+            run = _CheckRun(self._make(name))
+            self._start(run, 0)
+            self._finish(run)
+        if not run.done.wait(CHECK_WAIT_S):
+            if run.proc is not None:
+                stop(run.proc, grace=5)
+            pytest.fail(f"{run.check.script} did not finish within {CHECK_WAIT_S} s of this test waiting for it")
+        return check_result(run.check, *run.outcome)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed.set()
+        for run in self._runs.values():
+            if run.proc is not None and run.proc.poll() is None:
+                stop(run.proc, grace=5)
+        self._thread.join()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def background_checks(request, tmp_path_factory) -> BackgroundChecks:
+    def make(name: str) -> Check:
+        return CHECKS[name](tmp_path_factory.mktemp(name))
+
+    first_use = dict.fromkeys(name for item in request.session.items for name in item.fixturenames if name in CHECKS)
+    checks = BackgroundChecks({name: make(name) for name in first_use}, make)
+    yield checks
+    checks.close()
 
 
 @starts_early("server")

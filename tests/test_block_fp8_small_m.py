@@ -11,19 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from check_script import run_check
+from check_script import Check
+from conftest import check_fixture
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def kernel_cases():
-    return run_check("block_fp8_small_m_kernel_check.py", triton_interpret=True)
-
-
-@pytest.fixture(scope="module")
-def dispatch():
-    return run_check("block_fp8_small_m_dispatch_check.py", timeout=300)
+kernel_cases = check_fixture("kernel_cases",
+                             lambda tmp: Check("block_fp8_small_m_kernel_check.py", triton_interpret=True))
+dispatch = check_fixture("dispatch", lambda tmp: Check("block_fp8_small_m_dispatch_check.py"))
 
 
 def test_every_split_and_gemv_matches_the_block_scaled_product(kernel_cases):

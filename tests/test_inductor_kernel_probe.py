@@ -8,11 +8,15 @@ import argparse
 import pytest
 
 from bench import inductor_kernel_probe as probe
-from check_script import run_check
+from check_script import Check
+from conftest import check_fixture
+
+qk_norm_rope_probe = check_fixture("qk_norm_rope_probe",
+                                   lambda tmp: Check("inductor_kernel_probe_check.py", triton_interpret=True))
 
 
-def test_run_17s_qk_norm_rope_kernel_under_each_config_matches_a_reference():
-    r = run_check("inductor_kernel_probe_check.py", triton_interpret=True)
+def test_run_17s_qk_norm_rope_kernel_under_each_config_matches_a_reference(qk_norm_rope_probe):
+    r = qk_norm_rope_probe
     assert r["configs_agree"] is True
     assert r["shapes"] == [[3, 1280], [3, 8, 128], [3, 1, 128]] and r["xnumel"] == [24, 3]  # 8 q heads, 1 k head
     assert r["q_err"] < 0.01 * r["q_scale"] and r["k_err"] < 0.01 * r["q_scale"]  # bf16 outputs

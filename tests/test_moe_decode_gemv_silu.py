@@ -3,21 +3,20 @@ Triton's interpreter against vLLM's unfused path written out, and the choice ins
 from the installed (patched) vLLM (tests/moe_decode_gemv_silu_check.py)."""
 from __future__ import annotations
 
-import pytest
-from check_script import run_check
+from check_script import Check
+from conftest import check_fixture
 
 UNFUSED = [["gemm", [4, 512, 256]], ["act_and_mul"], ["quant"], ["gemm", [4, 256, 256]], ["moe_sum"]]
 
 
-@pytest.fixture(scope="module")
-def result():
-    return run_check("moe_decode_gemv_silu_check.py", triton_interpret=True)
+decode_gemv_silu = check_fixture("decode_gemv_silu",
+                                 lambda tmp: Check("moe_decode_gemv_silu_check.py", triton_interpret=True))
 
 
-def test_the_fused_kernel_gives_the_unfused_paths_values_in_both_scale_formats(result):
+def test_the_fused_kernel_gives_the_unfused_paths_values_in_both_scale_formats(decode_gemv_silu):
     """The same values as SiLU-and-mul, vLLM's group quantization and 0011's GEMV in turn, with and without the
     routed weight and with UE8M0 or float scales; a pair of an expert this rank does not hold gets zeros."""
-    k = result["kernel"]
+    k = decode_gemv_silu["kernel"]
     cases = [f"ue8m0={u} mul={m}" for u in (True, False) for m in (True, False)]
     for case in cases:
         assert k[case]["ran"] and k[case]["relerr"] < 1e-6 and k[case]["zeros"], (case, k[case])
@@ -25,15 +24,15 @@ def test_the_fused_kernel_gives_the_unfused_paths_values_in_both_scale_formats(r
     assert k["ue8m0=True mul=True"]["sum"] != k["ue8m0=False mul=True"]["sum"]
 
 
-def test_operands_it_cannot_take_are_declined_and_a_wrong_gemv_dict_is_named(result):
-    k = result["kernel"]
+def test_operands_it_cannot_take_are_declined_and_a_wrong_gemv_dict_is_named(decode_gemv_silu):
+    k = decode_gemv_silu["kernel"]
     assert k["declines a w13 output of the wrong width"] is False
     assert "GEMV={'BLOCK_SIZE_N': 96" in k["bad_config"]
 
 
-def test_tritonexperts_runs_it_only_for_a_w2_gemv_entry_on_the_naive_assignment_with_the_switches_on(result):
+def test_tritonexperts_runs_it_only_for_a_w2_gemv_entry_on_the_naive_assignment_with_the_switches_on(decode_gemv_silu):
     """LMI_MOE_DECODE_GEMV_SILU=1 (off unless set: slower on the H200, run 22)."""
-    a = result["apply"]
+    a = decode_gemv_silu["apply"]
     assert a["default"] == UNFUSED
     # w13, then the fused w2 (the entry's GEMV dict, UE8M0 as vLLM's quantization would use, FP8 max, one pair a
     # program), then vLLM's sum: no act_and_mul, no quantization kernel
@@ -44,10 +43,10 @@ def test_tritonexperts_runs_it_only_for_a_w2_gemv_entry_on_the_naive_assignment_
     assert "LMI_MOE_DECODE_GEMV_SILU='later' is not understood" in a["bad switch"]
 
 
-def test_the_probe_checks_each_config_against_the_unfused_path_before_it_times_it(result):
+def test_the_probe_checks_each_config_against_the_unfused_path_before_it_times_it(decode_gemv_silu):
     """bench/moe_gemv_probe.py --silu on a small shape: the config whose K step divides K is checked and timed on
     every weight set, the other skipped. Under the interpreter the casts to FP8 truncate where torch's round to
     nearest, so the error is that of the cast (the H200 probe measured 0.0000)."""
-    p = result["probe"]
+    p = decode_gemv_silu["probe"]
     assert p["tried"] == 1 and p["same_cfg"] and p["timed"] and p["timed"][0] >= 1
     assert p["relerr"] < 5e-2 and p["ratio"] == 0.5

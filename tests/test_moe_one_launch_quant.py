@@ -9,15 +9,19 @@ from pathlib import Path
 
 import pytest
 
-from check_script import run_check
+from check_script import Check
+from conftest import check_fixture
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
+one_launch_quant = check_fixture("one_launch_quant",
+                                 lambda tmp: Check("moe_one_launch_quant_check.py", triton_interpret=True))
+
+
 @pytest.fixture(scope="module")
-def cases():
-    pytest.importorskip("triton")
-    return run_check("moe_one_launch_quant_check.py", triton_interpret=True)["cases"]
+def cases(one_launch_quant):
+    return one_launch_quant["cases"]
 
 
 def test_scale_and_values_match_vllms_op(cases):

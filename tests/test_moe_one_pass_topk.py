@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import pytest
 
-from check_script import run_check
+from check_script import Check
+from conftest import check_fixture
+
+
+one_pass_topk = check_fixture("one_pass_topk",
+                              lambda tmp: Check("moe_one_pass_topk_check.py", triton_interpret=True))
 
 
 @pytest.fixture(scope="module")
-def cases():
-    pytest.importorskip("triton")
-    return run_check("moe_one_pass_topk_check.py", triton_interpret=True)["cases"]
+def cases(one_pass_topk):
+    return one_pass_topk["cases"]
 
 
 def compared(cases):

@@ -6,33 +6,22 @@ GEMMs, a second launch of each at M=1; the workspace must be left zeroed. The H2
 (bench/moe/) runs the same code on the GPU."""
 from __future__ import annotations
 
-import importlib.util
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from check_script import Check, vllm_file
+from conftest import check_fixture
+
+FUSED_MOE = "model_executor/layers/fused_moe/fused_moe.py"
+
+split_k = check_fixture("split_k", lambda tmp: Check("moe_split_k_check.py", args=(str(vllm_file(FUSED_MOE)),),
+                                                     triton_interpret=True, env={"MOE_BENCH_GEN_DIR": str(tmp)}))
 
 
 @pytest.fixture(scope="module")
-def result(tmp_path_factory):
-    pytest.importorskip("triton")
-    spec = importlib.util.find_spec("vllm.model_executor.layers.fused_moe.fused_moe")
-    assert spec is not None, "vLLM is not installed (make venv)"
-    if "def fused_moe_kernel_split_k(" not in Path(spec.origin).read_text():
+def result(split_k):
+    if "def fused_moe_kernel_split_k(" not in vllm_file(FUSED_MOE).read_text():
         pytest.fail("the installed vLLM lacks patch 0004 (run `python -m serving.vllm_patches apply`)")
-    # Run by path: a package named `tests` in site-packages (smdebug_rulesconfig, through sagemaker-core)
-    # would shadow this folder for `python -m tests....`.
-    env = dict(os.environ, TRITON_INTERPRET="1", MOE_BENCH_GEN_DIR=str(tmp_path_factory.mktemp("gen")),
-               PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
-    r = subprocess.run([sys.executable, str(ROOT / "tests" / "moe_split_k_check.py"), spec.origin],
-                       cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    return split_k
 
 
 def test_every_case_matches_the_reference(result):
