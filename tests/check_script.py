@@ -33,7 +33,7 @@ class Check:
 
     def environ(self, base: dict[str, str]) -> dict[str, str]:
         env = dict(base, **self.env)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), base.get("PYTHONPATH", "")) if p)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
         if self.triton_interpret:
             env["TRITON_INTERPRET"] = "1"
         return env

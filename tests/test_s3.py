@@ -88,18 +88,17 @@ def test_launcher_fetches_an_s3_model_before_start(bucket, s3_env, tmp_path, lau
     assert "SECRET" not in out + err
 
 
-def test_launcher_exits_non_zero_on_an_empty_prefix(bucket, s3_env, tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPTION_", "SM_VLLM_", "HF_"))}
-    env.update(s3_env)
-    env.update({"SERVING_MODEL_DIR": str(tmp_path / "none"), "HF_MODEL_ID": "s3://models/missing/",
-                "SERVING_DOWNLOAD_DIR": str(tmp_path / "dl")})
-    r = subprocess.run([sys.executable, "-m", "serving"], cwd=ROOT, env=env, capture_output=True, text=True,
-                       timeout=300)
-    assert r.returncode == 3
-    assert "s3://models/missing/ holds no objects" in r.stderr
+def test_launcher_exits_non_zero_on_an_empty_prefix(bucket, s3_env, tmp_path, launcher_main):
+    # the download comes before the engine, so --prepare-only takes the start's path up to it
+    rc, _, err = launcher_main({**s3_env, "SERVING_MODEL_DIR": str(tmp_path / "none"),
+                                "HF_MODEL_ID": "s3://models/missing/", "SERVING_DOWNLOAD_DIR": str(tmp_path / "dl")},
+                               ["--prepare-only"])
+    assert rc == 3
+    assert "s3://models/missing/ holds no objects" in err
 
 
-def test_interrupted_download_restarts_cleanly_and_never_leaves_a_half_file(bucket, s3_env, tmp_path):
+def test_interrupted_download_restarts_cleanly_and_never_leaves_a_half_file(bucket, s3_env, tmp_path,
+                                                                              launcher_main):
     """SIGKILL the launcher halfway through fetching a large weights file, then start again: no
     final file name ever holds a partial file, the next start removes the half-written temporary
     file, fetches what is missing and ends with the exact model."""
@@ -136,9 +135,10 @@ def test_interrupted_download_restarts_cleanly_and_never_leaves_a_half_file(buck
     final = dest / "model-00002.safetensors"
     assert not final.exists() or final.stat().st_size == len(big), "a final file name holds a partial file"
 
-    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert "left half-written by an interrupted download" in r.stderr
+    rc, _, err = launcher_main({k: env[k] for k in (*s3_env, "SERVING_MODEL_DIR", "OPTION_MODEL_ID",
+                                                  "SERVING_DOWNLOAD_DIR")}, ["--prepare-only"])  # the next start
+    assert rc == 0, err[-3000:]
+    assert "left half-written by an interrupted download" in err
     assert hashlib.sha256(final.read_bytes()).digest() == hashlib.sha256(big).digest()
     for rel in bucket["files"]:
         assert (dest / rel).read_bytes() == (bucket["src"] / rel).read_bytes()

@@ -17,7 +17,6 @@ import importlib.util
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -133,29 +132,33 @@ def test_model_py_that_does_not_import_stops_the_start(tmp_path):
     assert time.monotonic() - t0 < 120  # before the engine loads anything
 
 
-def test_requirements_that_do_not_install_stop_the_start(tmp_path):
+# The start's steps before the engine, run as the launcher's main() (--prepare-only stops after them): a
+# requirements.txt has no script to import into the test's process.
+
+def test_requirements_that_do_not_install_stop_the_start(tmp_path, launcher_main):
     wheels = tmp_path / "wheels"
     make_wheel(wheels)
     mdir = model_folder(tmp_path / "model", {"requirements.txt": f"{WHEEL_NAME}==9.9.9\n"})
-    r = _serve(tmp_path, mdir, {"PIP_FIND_LINKS": str(wheels)})
-    assert r.returncode == 2, r.stderr[-3000:]
-    errors = [l for l in r.stderr.splitlines() if l.startswith("configuration error")]
-    assert len(errors) == 1, r.stderr[-3000:]
+    rc, _, err = launcher_main({"SERVING_MODEL_DIR": str(mdir), "LMI_CACHE_DIR": str(tmp_path / "cache"),
+                                "HF_HUB_OFFLINE": "1", "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheels)},
+                               ["--prepare-only"])
+    assert rc == 2, err[-3000:]
+    errors = [l for l in err.splitlines() if l.startswith("configuration error")]
+    assert len(errors) == 1, err[-3000:]
     assert "requirements.txt" in errors[0] and f"{WHEEL_NAME}==9.9.9" in errors[0]
 
 
-def test_pip_find_links_and_the_switch_are_honoured(tmp_path):
+def test_pip_find_links_and_the_switch_are_honoured(tmp_path, launcher_main):
     wheels = tmp_path / "wheels"
     make_wheel(wheels)
     mdir = model_folder(tmp_path / "model", {"requirements.txt": f"{WHEEL_NAME}=={WHEEL_VERSION}\n"})
-    env = {**os.environ, "SERVING_MODEL_DIR": str(mdir), "LMI_CACHE_DIR": str(tmp_path / "cache"),
+    env = {"SERVING_MODEL_DIR": str(mdir), "LMI_CACHE_DIR": str(tmp_path / "cache"),
            "HF_HUB_OFFLINE": "1", "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheels)}
-    cmd = [sys.executable, "-m", "serving", "--prepare-only"]
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert f"requirements.txt: installed {WHEEL_NAME} {WHEEL_VERSION}" in r.stderr
+    rc, _, err = launcher_main(env, ["--prepare-only"])
+    assert rc == 0, err[-3000:]
+    assert f"requirements.txt: installed {WHEEL_NAME} {WHEEL_VERSION}" in err
     assert list((tmp_path / "cache" / "requirements").glob(f"*/{WHEEL_NAME}/__init__.py"))
-    r = subprocess.run(cmd, env={**env, "STANDARD_AUTO_INSTALL_REQ": "false", "LMI_CACHE_DIR": str(tmp_path / "c2")},
-                       capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert r.returncode == 0 and "not installed (install_requirements=false)" in r.stderr, r.stderr[-3000:]
+    rc, _, err = launcher_main({**env, "STANDARD_AUTO_INSTALL_REQ": "false", "LMI_CACHE_DIR": str(tmp_path / "c2")},
+                               ["--prepare-only"])
+    assert rc == 0 and "not installed (install_requirements=false)" in err, err[-3000:]
     assert not (tmp_path / "c2" / "requirements").exists()
