@@ -243,24 +243,29 @@ class _CheckRun:
 
 
 class BackgroundChecks:
-    """The checks given, run in their order (their first use) by one thread, each once memory allows; a check
-    asked for that is not among them (a fixture requested dynamically) is made by make(name) and run when asked."""
+    """The checks given, run in their order (their first use), as many at once as the machine has cores (a check is
+    one busy process), each once memory allows; a check asked for that is not among them (a fixture requested
+    dynamically) is made by make(name) and run when asked."""
 
     def __init__(self, checks: dict[str, Check], make: Callable[[str], Check] | None = None):
         self._make = make
         self._runs = {name: _CheckRun(check) for name, check in checks.items()}
+        self._queue = list(self._runs.values())
         self._lock = threading.Lock()
         self._closed = threading.Event()
-        self._thread = threading.Thread(target=self._run_all, daemon=True)
-        self._thread.start()
+        self._threads = [threading.Thread(target=self._run_queue, daemon=True)
+                         for _ in range(min(len(self._queue), len(os.sched_getaffinity(0))))]
+        for thread in self._threads:
+            thread.start()
 
-    def _run_all(self) -> None:
-        for run in self._runs.values():
+    def _run_queue(self) -> None:
+        while True:
             while _memory_available() < EARLY_MEMORY_FLOOR and not self._closed.wait(1):
                 pass
             with self._lock:  # no check starts once close() began
-                if self._closed.is_set():
+                if self._closed.is_set() or not self._queue:
                     return
+                run = self._queue.pop(0)
                 self._start(run, CHECK_NICE)
             self._finish(run)
 
@@ -301,7 +306,8 @@ class BackgroundChecks:
         for run in self._runs.values():
             if run.proc is not None and run.proc.poll() is None:
                 stop(run.proc, grace=5)
-        self._thread.join()
+        for thread in self._threads:
+            thread.join()
 
 
 @pytest.fixture(scope="session", autouse=True)
