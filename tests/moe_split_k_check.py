@@ -1,9 +1,10 @@
 """Run patch 0004's split-K fused-MoE kernel under Triton's interpreter.
 
-Run as `python -m tests.moe_split_k_check <vLLM fused_moe.py>` from the
+Run as `python tests/moe_split_k_check.py <vLLM fused_moe.py> [SHAPE ...]` from the
 repository root with TRITON_INTERPRET=1 in the environment (Triton reads it
 when it is imported, so a separate process); prints one JSON object: case -> relative error
-(or the error), plus whether the split-K workspace was left zeroed. Used by
+(or the error), plus whether the split-K workspace was left zeroed. SHAPE names
+entries of SHAPES (all when none is given), so the shapes can run in processes side by side. Used by
 tests/test_moe_split_k_kernel.py. Values are float32 stand-ins for fp8 (the
 interpreter holds no fp8); the kernel and vLLM's launcher for it are the
 file's own, loaded as the H200 harness loads them.
@@ -39,7 +40,8 @@ def main() -> int:
     kmod._invoke_fused_moe_kernel_split_k = lambda *a, **k: calls.append(1) or real(*a, **k)
     dev = torch.device("cpu")
     out = {"cases": {}}
-    for shape, sh in SHAPES.items():
+    for shape in sys.argv[2:] or SHAPES:
+        sh = SHAPES[shape]
         for M in (1, 9):  # naive assignment (M*top_k*4 <= E) at M=1, aligned at 9
             inp = Inputs(sh, M, dev, torch.Generator(device=dev).manual_seed(M))
             for i, gemm in enumerate(("w13", "w2")):

@@ -13,15 +13,25 @@ from conftest import check_fixture
 
 FUSED_MOE = "model_executor/layers/fused_moe/fused_moe.py"
 
-split_k = check_fixture("split_k", lambda tmp: Check("moe_split_k_check.py", args=(str(vllm_file(FUSED_MOE)),),
-                                                     triton_interpret=True, env={"MOE_BENCH_GEN_DIR": str(tmp)}))
+
+def _shape_check(shape: str):
+    """The check of one scale format (the script's SHAPES), so the two run side by side."""
+    return lambda tmp: Check("moe_split_k_check.py", args=(str(vllm_file(FUSED_MOE)), shape), triton_interpret=True,
+                             env={"MOE_BENCH_GEN_DIR": str(tmp)})
+
+
+split_k_per_tensor = check_fixture("split_k_per_tensor", _shape_check("per-tensor"))
+split_k_block = check_fixture("split_k_block", _shape_check("block-128"))
 
 
 @pytest.fixture(scope="module")
-def result(split_k):
+def result(split_k_per_tensor, split_k_block):
     if "def fused_moe_kernel_split_k(" not in vllm_file(FUSED_MOE).read_text():
         pytest.fail("the installed vLLM lacks patch 0004 (run `python -m serving.vllm_patches apply`)")
-    return split_k
+    parts = (split_k_per_tensor, split_k_block)
+    return {"cases": {k: v for part in parts for k, v in part["cases"].items()},
+            "workspace_zeroed": all(part["workspace_zeroed"] for part in parts),
+            "workspaces": min(part["workspaces"] for part in parts)}
 
 
 def test_every_case_matches_the_reference(result):
