@@ -213,9 +213,9 @@ def pytest_collection_modifyitems(items):
 
 # -- checks in the background --------------------------------------------------------------------
 # A check script (tests/check_script.py) needs no engine but up to minutes of CPU (Triton's interpreter). The
-# selected ones run one after another from the session's start, in a session of their own at the lowest CPU
-# priority, so they take the CPU the other tests leave idle (the engine tests mostly wait on their servers); the
-# tests that read them run last (pytest_collection_modifyitems) and wait for what is left.
+# selected ones run from the session's start, as many at once as there are cores, each in a session of its own at
+# the lowest CPU priority, so they take the CPU the other tests leave idle (the engine tests mostly wait on their
+# servers); the tests that read them run last (pytest_collection_modifyitems) and wait for what is left.
 
 CHECKS: dict[str, Callable[[Path], Check]] = {}  # fixture name -> fn(a temporary folder of its own) giving the check
 CHECK_NICE = 19
