@@ -138,6 +138,19 @@ def _memory_available() -> int:
     return 0
 
 
+def _await_memory(closed: threading.Event) -> bool:
+    """Wait until the machine has EARLY_MEMORY_FLOOR available; False when `closed` is set first."""
+    while _memory_available() < EARLY_MEMORY_FLOOR:
+        if closed.wait(1):
+            return False
+    return not closed.is_set()
+
+
+def _first_use(session, registry: dict) -> list[str]:
+    """The names of `registry` that the session's tests use as fixtures, in the tests' order."""
+    return list(dict.fromkeys(name for item in session.items for name in item.fixturenames if name in registry))
+
+
 class EarlyStarts:
     """The selected early starts, spawned by a thread in the order given (their first use), each once memory
     allows, at CPU priorities in that order."""
@@ -153,9 +166,7 @@ class EarlyStarts:
 
     def _spawn_all(self, names: list[str]) -> None:
         for name in names:
-            while _memory_available() < EARLY_MEMORY_FLOOR and not self._closed.wait(1):
-                pass
-            if self._closed.is_set():
+            if not _await_memory(self._closed):
                 return
             try:
                 self.get(name)
@@ -183,12 +194,12 @@ class EarlyStarts:
 @pytest.fixture(scope="session", autouse=True)
 def early_starts(request, tmp_path_factory) -> EarlyStarts:
     # in the order of first use (the tests' order: pytest_collection_modifyitems)
-    first_use = dict.fromkeys(name for item in request.session.items for name in item.fixturenames if name in EARLY)
+    first_use = _first_use(request.session, EARLY)
     # the session's temporary root made here, before the thread: pytest makes it at its first use, and the thread's
     # first mktemp and a test's first tmp_path at once can each make one (a test then fails in setup: "... is not
     # a normalized and relative path")
     tmp_path_factory.getbasetemp()
-    starts = EarlyStarts(list(first_use), tmp_path_factory.mktemp)
+    starts = EarlyStarts(first_use, tmp_path_factory.mktemp)
     yield starts
     starts.close()
 
@@ -229,8 +240,8 @@ def check_fixture(name: str, make: Callable[[Path], Check]):
     CHECKS[name] = make
 
     @pytest.fixture(scope="module", name=name)
-    def result(request):
-        return request.getfixturevalue("background_checks").result(name)
+    def result(background_checks):
+        return background_checks.result(name)
     return result
 
 
@@ -260,8 +271,8 @@ class BackgroundChecks:
 
     def _run_queue(self) -> None:
         while True:
-            while _memory_available() < EARLY_MEMORY_FLOOR and not self._closed.wait(1):
-                pass
+            if not _await_memory(self._closed):
+                return
             with self._lock:  # no check starts once close() began
                 if self._closed.is_set() or not self._queue:
                     return
@@ -315,8 +326,7 @@ def background_checks(request, tmp_path_factory) -> BackgroundChecks:
     def make(name: str) -> Check:
         return CHECKS[name](tmp_path_factory.mktemp(name))
 
-    first_use = dict.fromkeys(name for item in request.session.items for name in item.fixturenames if name in CHECKS)
-    checks = BackgroundChecks({name: make(name) for name in first_use}, make)
+    checks = BackgroundChecks({name: make(name) for name in _first_use(request.session, CHECKS)}, make)
     yield checks
     checks.close()
 
