@@ -206,3 +206,33 @@ def test_the_235b_candidate_files_are_run_17s_32_token_entries_with_kernel_probe
         assert max(entries) == 32 and entries[32] and LMI_GEMV_KEY not in entries[32], path.name
         gemv = sorted(m for m, c in entries.items() if c and LMI_GEMV_KEY in c)
         assert gemv == ([1, 2] if path.name == made[0].name else []), path.name
+
+
+
+def test_the_deepseek_o_proj_candidate_is_the_shipped_file_with_kernel_probe_27s_gemv(tmp_path):
+    """bench/data/h200_dense_gemv_probe/candidates_deepseek, DeepSeek-V3's o_proj at TP8 attention (N=7168, K=2048)
+    for its next engine bench: the shipped file (gated in run 27) with kernel probe 27's GEMV entries at one and two
+    tokens, where the GEMV beat the split-K kernel. Remade byte for byte, accepted by patch 0010's parser with each
+    GEMV entry passing its check for the shape, and the shipped entries beside them unchanged."""
+    from vllm.model_executor.layers.quantization.utils.fp8_utils import (
+        LMI_GEMV_KEY,
+        lmi_check_gemv_entry,
+        lmi_parse_small_m_configs,
+    )
+
+    from bench import dense_gemv_probe as probe
+
+    recorded = GEMV_PROBES / "candidates_deepseek"
+    [made] = probe.candidate_files([json.loads((GEMV_PROBES / "probe_27.json").read_text())], ROOT / "configs",
+                                   tmp_path, ["deepseek-v3-o-proj"])
+    assert [p.name for p in recorded.glob("*.json")] == [made.name] and made.name.startswith("N=7168,K=2048,")
+    old = recorded / made.name
+    assert made.read_bytes() == old.read_bytes()
+    entries = lmi_parse_small_m_configs(str(old), json.loads(old.read_text()), 128)
+    gemv = sorted(m for m, c in entries.items() if c and LMI_GEMV_KEY in c)
+    assert gemv == [1, 2]
+    for m in gemv:
+        lmi_check_gemv_entry(f"{old.name} {m}", entries[m][LMI_GEMV_KEY], 7168, 2048, 128, 128)
+    shipped = json.loads((ROOT / "configs" / old.name).read_text())
+    assert {k: v for k, v in json.loads(old.read_text()).items() if k not in ("1", "2")} == {
+        k: v for k, v in shipped.items() if k != "1"}
