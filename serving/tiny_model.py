@@ -389,8 +389,9 @@ def ensure(out: Path, spec: TinySpec = TinySpec()) -> Path:
 # One GPU's share of real models at tensor parallelism 8 ("TP8 shard"): attention heads and the
 # MoE's N divided by 8 (KV heads replicated up to one per rank), hidden size and expert count
 # whole, so each MoE GEMM has exactly the shape one rank runs. The vocabulary is cut (bench
-# latency draws token ids up to about 10,000). DeepSeek-V3's MLA attention and shared expert are
-# stood in for by Qwen3-MoE attention: only its routed-expert GEMMs are exact.
+# latency draws token ids up to about 10,000). DeepSeek-V3's MLA attention, shared expert, dense first
+# layers and grouped sigmoid routing are stood in for by Qwen3-MoE's attention and softmax top-k: only
+# its routed-expert GEMMs and o_proj are exact.
 PRESETS: dict[str, dict] = {
     "qwen3-30b-a3b": dict(hidden=2048, heads=32, kv_heads=4, head_dim=128, experts=128, top_k=8,
                           moe_intermediate=768),
