@@ -1,4 +1,4 @@
-"""Make a tiny random-weight Qwen3-MoE checkpoint, with no hub download.
+"""Make a tiny random-weight Qwen3-MoE (or DeepSeek-V3) checkpoint, with no hub download.
 
 The launcher serves one of these when no model is configured (`make run`), the
 tests serve one on the CPU engine, and `--fp8` writes an FP8 checkpoint for GPU
@@ -13,7 +13,9 @@ reduced depth (`--layers`), served at TP=1:
   - `-tp8` / `-tp4`: one rank of tensor parallelism 8 or 4 (heads, KV heads and every expert's N
     divided by the TP size; all experts, the model's top-k);
   - `-ep8`: one rank of expert parallelism 8, as vLLM's recipes deploy the block-FP8 Qwen3 and
-    DeepSeek checkpoints (PRESETS says how it matches such a rank and where it does not).
+    DeepSeek checkpoints (PRESETS says how it matches such a rank and where it does not);
+  - `deepseek-v3-tp8-mla`: one rank of DeepSeek-V3 at tensor parallelism 8 in its own architecture
+    (MLA, shared expert, dense first layers, grouped sigmoid routing) rather than Qwen3-MoE's.
 
 The tokenizer is byte-level (every byte is a token, no merges), so any text
 round-trips and no vocabulary file has to be downloaded.
@@ -48,6 +50,9 @@ FORMAT_VERSION = 2
 #           official FP8 checkpoints.
 FP8_SCHEMES = ("tensor", "static", "block")
 FP8_BLOCK = 128
+# The architectures make() writes: config.json's model_type -> the transformers class whose state dict names and
+# shapes the checkpoint's tensors (vLLM loads both)
+ARCHS = {"qwen3_moe": "Qwen3MoeForCausalLM", "deepseek_v3": "DeepseekV3ForCausalLM"}
 # The input_scale written for static checkpoints: random activations here stay well inside
 # 0.05 * 448 (float8_e4m3fn's largest value).
 STATIC_INPUT_SCALE = 0.05
@@ -68,6 +73,18 @@ class TinySpec:
     seed: int = 0
     fp8: bool = False
     fp8_scheme: str = "tensor"
+    # "deepseek_v3": DeepSeek-V3's architecture, with the fields below; head_dim is then the part of a query and key
+    # head without RoPE (qk_nope_head_dim), kv_heads is unused (MLA caches one latent a token)
+    arch: str = "qwen3_moe"
+    q_lora_rank: int = 0  # MLA: the query's low-rank width,
+    kv_lora_rank: int = 0  # the cached latent's width,
+    rope_head_dim: int = 0  # a head's RoPE part (one per token, shared by the heads),
+    v_head_dim: int = 0  # and a value head
+    shared_experts: int = 0  # experts every token runs (moe_intermediate wide each)
+    dense_layers: int = 0  # the first layers, a dense MLP of dense_intermediate instead of the MoE
+    dense_intermediate: int = 0
+    expert_groups: int = 1  # grouped top-k: the experts in expert_groups groups, tokens routed within topk_groups
+    topk_groups: int = 1
     # Fill weights tensor by tensor (on the GPU when there is one) instead of through a
     # transformers model: seconds instead of minutes for shard-sized models. Other random
     # values than the transformers path, so off for the embedded model.
@@ -82,6 +99,15 @@ class TinySpec:
             raise ValueError("heads must be a multiple of kv_heads")
         if self.fp8_scheme not in FP8_SCHEMES:
             raise ValueError(f"fp8 scheme {self.fp8_scheme!r}: allowed {', '.join(FP8_SCHEMES)}")
+        if self.arch not in ARCHS:
+            raise ValueError(f"arch {self.arch!r}: allowed {', '.join(ARCHS)}")
+        if self.arch == "deepseek_v3":
+            if min(self.q_lora_rank, self.kv_lora_rank, self.rope_head_dim, self.v_head_dim) <= 0:
+                raise ValueError("deepseek_v3 needs q_lora_rank, kv_lora_rank, rope_head_dim and v_head_dim")
+            if self.experts % self.expert_groups or self.topk_groups > self.expert_groups:
+                raise ValueError("expert_groups must divide experts and be at least topk_groups")
+            if self.dense_layers and self.dense_intermediate <= 0:
+                raise ValueError("dense_layers needs dense_intermediate")
         if self.fp8 and self.fp8_scheme == "block" and self.moe_intermediate % FP8_BLOCK:
             # vLLM refuses it too (validate_fp8_block_shape_moe): block-FP8 MoE needs N % 128 == 0.
             raise ValueError(f"block FP8 needs moe_intermediate divisible by {FP8_BLOCK} "
@@ -124,6 +150,8 @@ def _bytes_to_unicode() -> dict[int, str]:
 
 
 def _config(spec: TinySpec, eos_id: int, bos_id: int) -> dict:
+    if spec.arch == "deepseek_v3":
+        return _deepseek_config(spec, eos_id, bos_id)
     cfg = {
         "architectures": ["Qwen3MoeForCausalLM"],
         "model_type": "qwen3_moe",
@@ -152,12 +180,63 @@ def _config(spec: TinySpec, eos_id: int, bos_id: int) -> dict:
         "torch_dtype": "bfloat16",
         "use_cache": True,
     }
+    return _with_quantization(cfg, spec)
+
+
+def _deepseek_config(spec: TinySpec, eos_id: int, bos_id: int) -> dict:
+    """DeepSeek-V3's config.json keys as its checkpoint gives them (vLLM's DeepseekV3ForCausalLM reads the router's
+    topk_method and scoring_func from here; transformers keeps them as attributes). RoPE without YaRN scaling: the
+    shard's 4,096 positions are YaRN's original context, where it changes the attention's scale only."""
+    cfg = {
+        "architectures": [ARCHS[spec.arch]],
+        "model_type": spec.arch,
+        "vocab_size": spec.vocab,
+        "hidden_size": spec.hidden,
+        "intermediate_size": spec.dense_intermediate or spec.moe_intermediate,
+        "moe_intermediate_size": spec.moe_intermediate,
+        "num_hidden_layers": spec.layers,
+        "num_attention_heads": spec.heads,
+        "num_key_value_heads": spec.heads,
+        "q_lora_rank": spec.q_lora_rank,
+        "kv_lora_rank": spec.kv_lora_rank,
+        "qk_nope_head_dim": spec.head_dim,
+        "qk_rope_head_dim": spec.rope_head_dim,
+        "v_head_dim": spec.v_head_dim,
+        "n_routed_experts": spec.experts,
+        "n_shared_experts": spec.shared_experts,
+        "num_experts_per_tok": spec.top_k,
+        "n_group": spec.expert_groups,
+        "topk_group": spec.topk_groups,
+        "topk_method": "noaux_tc",
+        "scoring_func": "sigmoid",
+        "routed_scaling_factor": 2.5,
+        "norm_topk_prob": True,
+        "first_k_dense_replace": spec.dense_layers,
+        "moe_layer_freq": 1,
+        "num_nextn_predict_layers": 0,
+        "hidden_act": "silu",
+        "max_position_embeddings": spec.max_position,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "bos_token_id": bos_id,
+        "eos_token_id": eos_id,
+        "torch_dtype": "bfloat16",
+        "use_cache": True,
+    }
+    return _with_quantization(cfg, spec)
+
+
+def _with_quantization(cfg: dict, spec: TinySpec) -> dict:
     if spec.fp8:
         # vLLM's Fp8Config: serialized float8_e4m3fn weights (see FP8_SCHEMES).
         cfg["quantization_config"] = {
             "quant_method": "fp8",
             "activation_scheme": "static" if spec.fp8_scheme == "static" else "dynamic",
-            "ignored_layers": ["lm_head"] + [f"model.layers.{i}.mlp.gate" for i in range(spec.layers)],
+            "ignored_layers": ["lm_head"] + [f"model.layers.{i}.mlp.gate"
+                                             for i in range(spec.dense_layers, spec.layers)],  # the MoE layers' routers
         }
         if spec.fp8_scheme == "block":
             cfg["quantization_config"]["weight_block_size"] = [FP8_BLOCK, FP8_BLOCK]
@@ -176,8 +255,8 @@ def _quantize_fp8(state: dict, scheme: str = "tensor") -> dict:
 
 
 def _is_projection(name: str, t) -> bool:
-    """The linear layers FP8 quantizes: attention and expert projections (not router, norms, embeddings)."""
-    return name.endswith("_proj.weight") and t.dim() == 2
+    """The linear layers FP8 quantizes: attention, MLP and expert projections (not router, norms, embeddings)."""
+    return name.endswith(("_proj.weight", "_proj_with_mqa.weight")) and t.dim() == 2
 
 
 def _quantize_one(name: str, t, scheme: str) -> dict:
@@ -234,14 +313,12 @@ def make(out: Path, spec: TinySpec) -> Path:
         (tmp / "generation_config.json").write_text(json.dumps(
             {"eos_token_id": eos, "pad_token_id": ids["<|endoftext|>"], "do_sample": False}, indent=2))
 
-        from transformers import Qwen3MoeForCausalLM
-
         torch.manual_seed(spec.seed)
         hf_cfg = _hf_config(cfg)
         if spec.direct_init:
             state = _direct_state(hf_cfg, spec)
         else:
-            model = Qwen3MoeForCausalLM(hf_cfg)
+            model = _model_class(spec.arch)(hf_cfg)
             _printable_output_head(model.lm_head.weight)
             model = model.to(torch.bfloat16)
             # transformers 5 may store experts fused; vLLM loads either layout, but we
@@ -265,34 +342,44 @@ def make(out: Path, spec: TinySpec) -> Path:
 
 def _hf_config(cfg: dict):
     """The transformers config of a checkpoint's config.json (_config)."""
-    from transformers import Qwen3MoeConfig
+    from transformers import AutoConfig
 
-    return Qwen3MoeConfig(**{k: v for k, v in cfg.items() if k not in ("architectures", "quantization_config")})
+    return AutoConfig.for_model(**{k: v for k, v in cfg.items() if k not in ("architectures", "quantization_config")})
+
+
+def _model_class(model_type: str):
+    import transformers
+
+    return getattr(transformers, ARCHS[model_type])
 
 
 def _meta_state(hf_cfg, spec: TinySpec) -> dict:
     """The checkpoint's bf16 tensors before quantization, named and shaped as the transformers model's, on the meta
     device (no memory)."""
     import torch
-    from transformers import Qwen3MoeForCausalLM
 
     with torch.device("meta"):
-        return _per_expert_state(Qwen3MoeForCausalLM(hf_cfg).state_dict(), spec)
+        return _per_expert_state(_model_class(hf_cfg.model_type)(hf_cfg).state_dict(), spec)
 
 
 def checkpoint_bytes(spec: TinySpec) -> int:
     """The bytes of the tensors that make(spec) writes to model.safetensors (the file is these and a header of a few
     KB): bf16 for the router, norms and embeddings, and for an FP8 checkpoint one byte an element for each projection
     with its float32 scales (one a tensor, one per 128 x 128 block for block FP8, and an input scale for static).
-    Every decoder layer is the same, so a depth costs what one and two layers give: no model of that depth is built."""
-    one, layer = layer_bytes(spec)
-    return one + (spec.layers - 1) * layer
+    Every decoder layer after the dense first ones is the same, so a depth costs what the first MoE layer and one more
+    give: no model of that depth is built."""
+    first, at_first, layer = layer_bytes(spec)
+    if spec.layers < first:
+        return _tensor_bytes(spec)
+    return at_first + (spec.layers - first) * layer
 
 
-def layer_bytes(spec: TinySpec) -> tuple[int, int]:
-    """checkpoint_bytes of spec at one decoder layer, and what each further layer adds."""
-    one, two = (_tensor_bytes(replace(spec, layers=n)) for n in (1, 2))
-    return one, two - one
+def layer_bytes(spec: TinySpec) -> tuple[int, int, int]:
+    """(n, checkpoint_bytes of spec at n decoder layers, what each further layer adds): n counts the dense first
+    layers and the first MoE layer."""
+    first = spec.dense_layers + 1
+    at_first, at_next = (_tensor_bytes(replace(spec, layers=n)) for n in (first, first + 1))
+    return first, at_first, at_next - at_first
 
 
 def _tensor_bytes(spec: TinySpec) -> int:
@@ -321,6 +408,8 @@ def _direct_state(hf_cfg, spec: TinySpec) -> dict:
     for name, meta in shapes.items():
         if name.endswith("norm.weight"):
             t = torch.ones(meta.shape, dtype=torch.bfloat16, device=dev)
+        elif name.endswith("e_score_correction_bias"):  # the router's bias: none, as in a model that never rebalanced
+            t = torch.zeros(meta.shape, dtype=torch.bfloat16, device=dev)
         else:
             t = torch.empty(meta.shape, dtype=torch.float32, device=dev).normal_(0, std, generator=gen)
             if name == "lm_head.weight":
@@ -422,6 +511,14 @@ PRESETS: dict[str, dict] = {
                                       moe_intermediate=2560),
     "deepseek-v3-ep8": dict(hidden=7168, heads=16, kv_heads=1, head_dim=128, experts=32, top_k=1,
                             moe_intermediate=2048),
+    # DeepSeek-V3 at TP8 in its own architecture: an eighth of the 128 heads (MLA's low-rank projections q_a and
+    # kv_a are whole on every rank), of every routed expert's N, of the shared expert and of the three dense first
+    # layers' MLP (18,432 wide); all 256 experts, top-8 within 4 of 8 groups, sigmoid scores with a bias. Only TP's
+    # collectives, the vocabulary and YaRN's scale differ from a rank of the real model.
+    "deepseek-v3-tp8-mla": dict(arch="deepseek_v3", hidden=7168, heads=16, kv_heads=16, head_dim=128, q_lora_rank=1536,
+                                kv_lora_rank=512, rope_head_dim=64, v_head_dim=128, experts=256, top_k=8,
+                                moe_intermediate=256, shared_experts=1, dense_layers=3, dense_intermediate=2304,
+                                expert_groups=8, topk_groups=4),
 }
 PRESET_COMMON = dict(vocab=16384, max_position=4096, direct_init=True)
 

@@ -1006,6 +1006,20 @@ def test_a_checkpoint_the_disk_cannot_hold_is_refused_with_the_layers_that_fit(t
     assert f"needs {checkpoint_bytes(spec) / 1e9:.1f} GB" in err and not models_dir.parent.exists()
 
 
+def test_the_layers_that_fit_count_a_models_dense_first_layers():
+    """DeepSeek-V3's own architecture (deepseek-v3-tp8-mla) starts with three dense layers, lighter than the MoE layers
+    after them: the room of n layers' checkpoint holds n layers and not one more, and under its first MoE layer no
+    depth is offered."""
+    from serving.tiny_model import checkpoint_bytes
+
+    spec = _model("deepseek-v3-tp8-mla-block", 30).spec
+    for n in (5, 30):
+        room = checkpoint_bytes(replace(spec, layers=n))
+        assert capacity.layers_that_fit(spec, room) == n and capacity.layers_that_fit(spec, room - 1) == n - 1, n
+    room = checkpoint_bytes(replace(spec, layers=4))
+    assert capacity.layers_that_fit(spec, room) == 4 and capacity.layers_that_fit(spec, room - 1) == 0
+
+
 H200_FREE = int(139.1 * 2**30)  # an H200's free memory when the bench's first server starts (run 20's log)
 
 

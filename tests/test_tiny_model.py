@@ -1,9 +1,11 @@
-"""The project's own tiny Qwen3-MoE maker: tokenizer round-trip, TP-friendly shapes, the FP8 checkpoint format."""
+"""The project's own tiny Qwen3-MoE (and DeepSeek-V3) maker: tokenizer round-trip, TP-friendly shapes, the FP8
+checkpoint format."""
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -80,10 +82,17 @@ def test_fp8_checkpoint_format(tmp_path):
     assert state["lm_head.weight"].dtype == torch.bfloat16
 
 
+# DeepSeek-V3's MLA head sizes (vLLM's MLA takes a latent of 512 and a RoPE part of 64), its other sizes tiny
+DEEPSEEK = TinySpec(arch="deepseek_v3", layers=3, hidden=256, heads=4, kv_heads=4, head_dim=128, q_lora_rank=128,
+                    kv_lora_rank=512, rope_head_dim=64, v_head_dim=128, experts=8, top_k=2, moe_intermediate=128,
+                    shared_experts=1, dense_layers=1, dense_intermediate=256, expert_groups=2, topk_groups=1)
+
+
 @pytest.mark.parametrize("spec", [TinySpec(layers=3), TinySpec(layers=3, fp8=True),
                                   TinySpec(layers=2, fp8=True, fp8_scheme="static"),
-                                  TinySpec(layers=3, hidden=384, moe_intermediate=384, fp8=True, fp8_scheme="block")],
-                         ids=["bf16", "tensor", "static", "block"])
+                                  TinySpec(layers=3, hidden=384, moe_intermediate=384, fp8=True, fp8_scheme="block"),
+                                  replace(DEEPSEEK, layers=4, fp8=True, fp8_scheme="block")],
+                         ids=["bf16", "tensor", "static", "block", "deepseek-block"])
 def test_checkpoint_bytes_are_the_tensor_bytes_make_writes(tmp_path, spec):
     """checkpoint_bytes (what the engine bench checks the disk for before a lease makes a shard) is the data of the
     model.safetensors that make writes: its size less the 8-byte length and the JSON header it gives; holds says
@@ -129,3 +138,55 @@ def test_a_layout_preset_is_one_rank_of_its_deployment(name):
     TinySpec(**{**spec.__dict__, "fp8": True, "fp8_scheme": "block"}).check()
     assert [s for s in SHAPES.values() if (s["E"], s["topk"], s["H"], s["N"], s["block"]) ==
             (spec.experts, spec.top_k, spec.hidden, spec.moe_intermediate, [FP8_BLOCK, FP8_BLOCK])]
+
+
+def test_a_deepseek_checkpoint_is_one_transformers_and_vllm_read_whole(tmp_path):
+    """arch deepseek_v3: transformers' DeepseekV3ForCausalLM takes every tensor (none missing, none left over) and
+    generates; the config gives vLLM's DeepSeek-V3 model its router (noaux_tc: sigmoid scores with a correction bias
+    it loads, grouped top-k), the dense first layers and the shared expert; block FP8 quantizes every projection,
+    MLA's included, and leaves the router and its bias in bf16. (The CPU engine serves such a model with its MLA
+    backend; the GPU engine bench serves the deepseek-v3-tp8-mla preset.)"""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    out = make(tmp_path / "bf16", DEEPSEEK)
+    model, info = AutoModelForCausalLM.from_pretrained(str(out), output_loading_info=True)
+    assert type(model).__name__ == "DeepseekV3ForCausalLM"
+    assert not any(info.values()), info
+    assert model.generate(torch.tensor([[72, 105]]), max_new_tokens=2, do_sample=False).shape == (1, 4)
+    c = AutoConfig.from_pretrained(str(out))
+    assert (c.topk_method, c.scoring_func, c.n_group, c.topk_group) == ("noaux_tc", "sigmoid", 2, 1)
+    assert (c.first_k_dense_replace, c.n_shared_experts, c.n_routed_experts) == (1, 1, 8)
+
+    state = load_file(str(make(tmp_path / "fp8", replace(DEEPSEEK, fp8=True, fp8_scheme="block")) /
+                          "model.safetensors"))
+    for proj in ("q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"):
+        w = state[f"model.layers.1.self_attn.{proj}.weight"]
+        scale = state[f"model.layers.1.self_attn.{proj}.weight_scale_inv"]
+        assert w.dtype == torch.float8_e4m3fn and scale.shape == (-(-w.shape[0] // 128), -(-w.shape[1] // 128)), proj
+    for name in ("model.layers.0.mlp.gate_proj.weight", "model.layers.1.mlp.shared_experts.down_proj.weight",
+                 "model.layers.2.mlp.experts.7.up_proj.weight"):
+        assert state[name].dtype == torch.float8_e4m3fn, name
+    assert state["model.layers.1.mlp.gate.weight"].dtype == torch.bfloat16
+    assert not state["model.layers.1.mlp.gate.e_score_correction_bias"].any()
+    assert "model.layers.0.mlp.gate.weight" not in state  # a dense first layer has no router
+
+
+def test_the_deepseek_mla_preset_is_one_tp8_rank_of_deepseek_v3():
+    """deepseek-v3-tp8-mla: DeepSeek-V3's config (61 layers, 128 heads, hidden 7,168, q and kv ranks 1,536 and 512,
+    head parts 128 + 64 and values 128, 256 experts of 2,048 top-8 in 4 of 8 groups, one shared expert, three dense
+    first layers of 18,432) with what TP8 divides divided by 8."""
+    from bench.moe.shapes import SHAPES
+    from serving.tiny_model import preset_spec
+
+    spec = preset_spec("deepseek-v3-tp8-mla")
+    assert spec.arch == "deepseek_v3" and spec.heads == 128 // 8 and spec.hidden == 7168
+    assert (spec.q_lora_rank, spec.kv_lora_rank, spec.head_dim, spec.rope_head_dim, spec.v_head_dim) == \
+        (1536, 512, 128, 64, 128)
+    assert (spec.experts, spec.top_k, spec.expert_groups, spec.topk_groups) == (256, 8, 8, 4)
+    assert spec.moe_intermediate == 2048 // 8 and spec.shared_experts * spec.moe_intermediate == 2048 // 8
+    assert (spec.dense_layers, spec.dense_intermediate) == (3, 18432 // 8)
+    spec.check()
+    # its routed experts are the TP8 harness shape that the shipped E=256,N=256 block file was tuned on
+    assert SHAPES["deepseek-v3-tp8"]["E"] == spec.experts and SHAPES["deepseek-v3-tp8"]["N"] == spec.moe_intermediate

@@ -27,9 +27,10 @@ SERVER_GPU_RESERVE = 3 << 30
 
 
 def layers_that_fit(spec: TinySpec, room: int) -> int:
-    """The most decoder layers of spec's checkpoint that `room` bytes hold (0 if not even one does)."""
-    one, layer = layer_bytes(spec)
-    return max(0, (room - one) // layer + 1) if room >= one else 0
+    """The most decoder layers of spec's checkpoint that `room` bytes hold (0 if not even its dense first layers and
+    one more do)."""
+    first, at_first, layer = layer_bytes(spec)
+    return (room - at_first) // layer + first if room >= at_first else 0
 
 
 def disk_shortfall(cfg: Config, models: dict[str, Model]) -> list[str]:
@@ -47,7 +48,7 @@ def disk_shortfall(cfg: Config, models: dict[str, Model]) -> list[str]:
         if size <= room:
             continue
         spec = models[name].spec
-        layer = layer_bytes(spec)[1]
+        layer = layer_bytes(spec)[2]
         fit = layers_that_fit(spec, room)
         problems.append(
             f"--models-dir {cfg.models_dir}: {name} at {models[name].layers} layers needs {size / 1e9:.1f} GB for its "
