@@ -53,7 +53,7 @@ BLOCK = 128
 ROUTERS = {"qwen3-235b-a22b": (4096, 128), "qwen3-coder-480b-a35b": (6144, 160), "deepseek-v3": (7168, 256)}
 # The engine bench's block-FP8 shards (serving.tiny_model presets), whose dense layers and local routers these are.
 SHARD_PRESETS = ("qwen3-235b-a22b-ep8", "qwen3-coder-480b-a35b-ep8", "deepseek-v3-ep8", "qwen3-235b-a22b-tp4",
-                 "qwen3-coder-480b-a35b-tp4", "deepseek-v3-tp8")
+                 "qwen3-coder-480b-a35b-tp4", "deepseek-v3-tp8", "deepseek-v3-tp8-mla")
 ROUTER_TOKENS = (1, 2, 4, 8, 16, 32)
 DENSE_TOKENS = (1, 2, 4, 8, 16, 32, 64)
 LL_BF16_MAX_TOKENS = 16  # GateLinear.LL_BF16_MAX_TOKENS in vLLM 0.32
@@ -90,12 +90,21 @@ def rotating(call, sets: list[tuple[torch.Tensor, ...]]):
 
 def shard_shapes(presets=SHARD_PRESETS) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[int, int]]]:
     """Each shard's dense GEMMs, (N, K), one entry per distinct shape: qkv (q, k and v heads -> hidden) and o_proj
-    (hidden <- q heads), and its local router (hidden, local experts)."""
+    (hidden <- q heads), and its local router (hidden, local experts). DeepSeek-V3's own architecture instead: MLA's
+    q_b (the query's rank -> q heads of a no-RoPE and a RoPE part) and o_proj (hidden <- value heads), and the shared
+    expert's gate_up. Left out: MLA's fused q_a and kv_a projection (2,112 wide, no multiple of the 128 block), the
+    shared expert's down (K=256: 1.8 MB, shorter than any GEMV step) and the three dense first layers' MLP."""
     from serving.tiny_model import preset_spec
 
     dense, routers = {}, {}
     for preset in presets:
         s = preset_spec(preset)
+        if s.arch == "deepseek_v3":
+            shared = s.shared_experts * s.moe_intermediate
+            dense.setdefault((s.heads * (s.head_dim + s.rope_head_dim), s.q_lora_rank), f"{preset} q_b_proj")
+            dense.setdefault((s.hidden, s.heads * s.v_head_dim), f"{preset} o_proj")
+            dense.setdefault((2 * shared, s.hidden), f"{preset} shared gate_up")
+            continue
         q, kv = s.heads * s.head_dim, s.kv_heads * s.head_dim
         dense.setdefault((q + 2 * kv, s.hidden), f"{preset} qkv")
         dense.setdefault((s.hidden, q), f"{preset} o_proj")

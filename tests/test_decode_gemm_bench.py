@@ -19,6 +19,11 @@ def test_dense_shapes_are_each_shards_qkv_and_o_proj_once():
     # the Coder under DP8 + EP8 keeps every head: 96 + 2 x 8 of 128 over hidden 6144
     assert dense["qwen3-coder-480b-a35b-ep8 qkv"] == (14336, 6144)
     assert len(set(dense.values())) == len(dense)  # DeepSeek-V3's TP8 rank repeats its EP8 rank's shapes: once
+    # DeepSeek-V3's TP8 rank in its own architecture: MLA's q_b (16 heads of 128 + 64 from the query's rank of 1,536)
+    # and the shared expert's gate_up (2 x 2,048 / 8); its o_proj (7,168 <- 16 x 128) is the stand-in's, listed once
+    assert dense["deepseek-v3-tp8-mla q_b_proj"] == (3072, 1536)
+    assert dense["deepseek-v3-tp8-mla shared gate_up"] == (512, 7168)
+    assert dense["deepseek-v3-ep8 o_proj"] == (7168, 2048) and "deepseek-v3-tp8-mla o_proj" not in dense
     assert all(n % bench.BLOCK == 0 and k % bench.BLOCK == 0 for n, k in dense.values())
     # local routers of the EP8 ranks; the TP4 ranks' routers are the checkpoints' full ones, timed once
     assert routers == {"qwen3-235b-a22b-ep8 local router": (4096, 16),
