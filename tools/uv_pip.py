@@ -45,7 +45,10 @@ def uv_command(uv: str, settings: dict[str, str], args: list[str]) -> tuple[list
     for key in settings:
         if key not in FLAGS and key not in NEUTRAL and key != "no-index":
             return key
-    cmd = [uv, "pip", "install", "--python", sys.executable, "--index-strategy", "unsafe-best-match"]
+    # --compile-bytecode: the .pyc files pip writes as it installs; without them every process compiles what it
+    # imports (vLLM, torch, transformers) again where PYTHONDONTWRITEBYTECODE is set, as on this machine
+    cmd = [uv, "pip", "install", "--python", sys.executable, "--index-strategy", "unsafe-best-match",
+           "--compile-bytecode"]
     for key, flag in FLAGS.items():
         for value in settings.get(key, "").split():
             cmd += [flag, value]
