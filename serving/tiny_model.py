@@ -168,17 +168,7 @@ def _config(spec: TinySpec, eos_id: int, bos_id: int) -> dict:
         "decoder_sparse_step": 1,
         "mlp_only_layers": [],
         "norm_topk_prob": True,
-        "hidden_act": "silu",
-        "max_position_embeddings": spec.max_position,
-        "rms_norm_eps": 1e-6,
-        "rope_theta": 1000000.0,
-        "tie_word_embeddings": False,
-        "attention_bias": False,
-        "attention_dropout": 0.0,
-        "bos_token_id": bos_id,
-        "eos_token_id": eos_id,
-        "torch_dtype": "bfloat16",
-        "use_cache": True,
+        **_common_config(spec, eos_id, bos_id, rope_theta=1000000.0),
     }
     return _with_quantization(cfg, spec)
 
@@ -214,10 +204,18 @@ def _deepseek_config(spec: TinySpec, eos_id: int, bos_id: int) -> dict:
         "first_k_dense_replace": spec.dense_layers,
         "moe_layer_freq": 1,
         "num_nextn_predict_layers": 0,
+        **_common_config(spec, eos_id, bos_id, rope_theta=10000.0),
+    }
+    return _with_quantization(cfg, spec)
+
+
+def _common_config(spec: TinySpec, eos_id: int, bos_id: int, rope_theta: float) -> dict:
+    """The config.json keys both architectures write alike (after their own)."""
+    return {
         "hidden_act": "silu",
         "max_position_embeddings": spec.max_position,
         "rms_norm_eps": 1e-6,
-        "rope_theta": 10000.0,
+        "rope_theta": rope_theta,
         "tie_word_embeddings": False,
         "attention_bias": False,
         "attention_dropout": 0.0,
@@ -226,7 +224,6 @@ def _deepseek_config(spec: TinySpec, eos_id: int, bos_id: int) -> dict:
         "torch_dtype": "bfloat16",
         "use_cache": True,
     }
-    return _with_quantization(cfg, spec)
 
 
 def _with_quantization(cfg: dict, spec: TinySpec) -> dict:
