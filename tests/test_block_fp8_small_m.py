@@ -155,10 +155,9 @@ def test_the_dense_probe_reads_each_shapes_weights_from_sets_over_three_times_l2
 GEMV_PROBES = ROOT / "bench" / "data" / "h200_dense_gemv_probe"
 
 
-def test_the_gemv_candidate_files_are_remade_from_kernel_probe_24b_and_load(tmp_path):
-    """The candidate files the next engine bench gates (bench/data/h200_dense_gemv_probe/candidates): remade byte for
-    byte from kernel probe 24b's records over configs/, each GEMV entry where the probe's GEMV beat its split-K best,
-    and every file accepted by patch 0010's parser and its GEMV check for the file's shape."""
+def _checked_gemv_entries(path: Path) -> dict[int, dict]:
+    """A small-M file's GEMV entries by token count: the file read by patch 0010's parser, and each entry passed by
+    its GEMV check for the shape the file's name gives."""
     import re
 
     from vllm.model_executor.layers.quantization.utils.fp8_utils import (
@@ -167,6 +166,18 @@ def test_the_gemv_candidate_files_are_remade_from_kernel_probe_24b_and_load(tmp_
         lmi_parse_small_m_configs,
     )
 
+    N, K = (int(v) for v in re.match(r"N=(\d+),K=(\d+),", path.name).groups())
+    entries = lmi_parse_small_m_configs(str(path), json.loads(path.read_text()), 128)
+    gemv = {m: c[LMI_GEMV_KEY] for m, c in entries.items() if c and LMI_GEMV_KEY in c}
+    for m, g in gemv.items():
+        lmi_check_gemv_entry(f"{path.name} {m}", g, N, K, 128, 128)
+    return gemv
+
+
+def test_the_gemv_candidate_files_are_remade_from_kernel_probe_24b_and_load(tmp_path):
+    """The candidate files the next engine bench gates (bench/data/h200_dense_gemv_probe/candidates): remade byte for
+    byte from kernel probe 24b's records over configs/, each GEMV entry where the probe's GEMV beat its split-K best,
+    and every file accepted by patch 0010's parser and its GEMV check for the file's shape."""
     from bench import dense_gemv_probe as probe
 
     records = sorted(GEMV_PROBES.glob("probe_24b_*.json"))
@@ -175,12 +186,7 @@ def test_the_gemv_candidate_files_are_remade_from_kernel_probe_24b_and_load(tmp_
     assert [p.name for p in made] == [p.name for p in recorded] and len(made) == 3
     for new, old in zip(made, recorded):
         assert new.read_bytes() == old.read_bytes(), old.name
-        N, K = (int(v) for v in re.match(r"N=(\d+),K=(\d+),", old.name).groups())
-        entries = lmi_parse_small_m_configs(str(old), json.loads(old.read_text()), 128)
-        gemv = {m: c[LMI_GEMV_KEY] for m, c in entries.items() if c and LMI_GEMV_KEY in c}
-        assert 1 in gemv, old.name
-        for m, g in gemv.items():
-            lmi_check_gemv_entry(f"{old.name} {m}", g, N, K, 128, 128)
+        assert 1 in _checked_gemv_entries(old), old.name
 
 
 def test_the_235b_candidate_files_are_run_17s_32_token_entries_with_kernel_probe_25s_gemv(tmp_path):
@@ -204,9 +210,8 @@ def test_the_235b_candidate_files_are_run_17s_32_token_entries_with_kernel_probe
     for path in recorded.glob("*.json"):
         entries = lmi_parse_small_m_configs(str(path), json.loads(path.read_text()), 128)
         assert max(entries) == 32 and entries[32] and LMI_GEMV_KEY not in entries[32], path.name
-        gemv = sorted(m for m, c in entries.items() if c and LMI_GEMV_KEY in c)
+        gemv = sorted(_checked_gemv_entries(path))
         assert gemv == ([1, 2] if path.name == made[0].name else []), path.name
-
 
 
 def test_the_deepseek_o_proj_candidate_is_the_shipped_file_with_kernel_probe_27s_gemv(tmp_path):
@@ -214,12 +219,6 @@ def test_the_deepseek_o_proj_candidate_is_the_shipped_file_with_kernel_probe_27s
     for its next engine bench: the shipped file (gated in run 27) with kernel probe 27's GEMV entries at one and two
     tokens, where the GEMV beat the split-K kernel. Remade byte for byte, accepted by patch 0010's parser with each
     GEMV entry passing its check for the shape, and the shipped entries beside them unchanged."""
-    from vllm.model_executor.layers.quantization.utils.fp8_utils import (
-        LMI_GEMV_KEY,
-        lmi_check_gemv_entry,
-        lmi_parse_small_m_configs,
-    )
-
     from bench import dense_gemv_probe as probe
 
     recorded = GEMV_PROBES / "candidates_deepseek"
@@ -228,11 +227,7 @@ def test_the_deepseek_o_proj_candidate_is_the_shipped_file_with_kernel_probe_27s
     assert [p.name for p in recorded.glob("*.json")] == [made.name] and made.name.startswith("N=7168,K=2048,")
     old = recorded / made.name
     assert made.read_bytes() == old.read_bytes()
-    entries = lmi_parse_small_m_configs(str(old), json.loads(old.read_text()), 128)
-    gemv = sorted(m for m, c in entries.items() if c and LMI_GEMV_KEY in c)
-    assert gemv == [1, 2]
-    for m in gemv:
-        lmi_check_gemv_entry(f"{old.name} {m}", entries[m][LMI_GEMV_KEY], 7168, 2048, 128, 128)
+    assert sorted(_checked_gemv_entries(old)) == [1, 2]
     shipped = json.loads((ROOT / "configs" / old.name).read_text())
     assert {k: v for k, v in json.loads(old.read_text()).items() if k not in ("1", "2")} == {
         k: v for k, v in shipped.items() if k != "1"}
