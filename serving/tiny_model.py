@@ -153,8 +153,8 @@ def _config(spec: TinySpec, eos_id: int, bos_id: int) -> dict:
     if spec.arch == "deepseek_v3":
         return _deepseek_config(spec, eos_id, bos_id)
     cfg = {
-        "architectures": ["Qwen3MoeForCausalLM"],
-        "model_type": "qwen3_moe",
+        "architectures": [ARCHS[spec.arch]],
+        "model_type": spec.arch,
         "vocab_size": spec.vocab,
         "hidden_size": spec.hidden,
         "intermediate_size": spec.moe_intermediate * 2,

@@ -1,5 +1,6 @@
 """The session's background checks (tests/conftest.py): each runs in a session of its own at the lowest CPU priority,
-one after another, and a check that fails shows its exit status and error output to the test that reads it."""
+a check not given at the start runs when asked, and a check that fails shows its exit status and error output to the
+test that reads it."""
 from __future__ import annotations
 
 import pytest

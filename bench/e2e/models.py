@@ -141,12 +141,20 @@ MEASURED_ARMS = ("stock", "image", "image-stock-order", "image-vllm-quant", "ima
 # stock follows with DeepGEMM's JIT warm-up of 512 shapes (42-48 minutes on an H200 by its own estimate), beyond
 # one session's device time.
 BLOCK_FP8_ENGINE_ARGS = (("linear-backend", "cutlass"),)
-# Every GPU model has the norm + quantization arms, the decode compile sizes, the image without nvcc, the
-# candidates arm and the peers, and each with Qwen3 attention the Q/K norm + RoPE and one-split attention arms; a run
-# starts the candidates arm and the peers only when --arms names them.
-MLA_PASS_ARMS = (*NORM_QUANT_ARMS, COMPILE_SIZES_ARM, NO_NVCC_ARM)
-PASS_ARMS = (QK_NORM_ROPE_ARM, *MLA_PASS_ARMS, ATTN_ONE_SPLIT_ARM)
-MODELS = tuple(replace(m, arms=(*m.arms, *PASS_ARMS, CANDIDATES_ARM, *PEER_ARMS)) for m in (
+# Every GPU model has the Q/K norm + RoPE arm, the norm + quantization arms, the decode compile sizes, the image
+# without nvcc, the one-split attention arm, the candidates arm and the peers, less the two arms of Qwen3's attention
+# where its preset has MLA; a run starts the candidates arm and the peers only when --arms names them.
+PASS_ARMS = (QK_NORM_ROPE_ARM, *NORM_QUANT_ARMS, COMPILE_SIZES_ARM, NO_NVCC_ARM, ATTN_ONE_SPLIT_ARM)
+QWEN3_ATTENTION_ARMS = (QK_NORM_ROPE_ARM, ATTN_ONE_SPLIT_ARM)
+
+
+def _with_shared_arms(m: Model) -> Model:
+    mla = m.spec.arch == "deepseek_v3"
+    passes = tuple(a for a in PASS_ARMS if not (mla and a in QWEN3_ATTENTION_ARMS))
+    return replace(m, arms=(*m.arms, *passes, CANDIDATES_ARM, *PEER_ARMS))
+
+
+MODELS = tuple(_with_shared_arms(m) for m in (
     Model("qwen3-235b-tp8-tensor", "qwen3-235b-a22b-tp8", "tensor",
           ("stock", "image", "image-vllm-quant", "image-vllm-topk", "image-eager-prefill", "stock-debug")),
     # Static activation scales: the only per-tensor checkpoints FlashInfer CUTLASS MoE accepts, so
@@ -165,11 +173,9 @@ MODELS = tuple(replace(m, arms=(*m.arms, *PASS_ARMS, CANDIDATES_ARM, *PEER_ARMS)
     Model("deepseek-v3-ep8-block", "deepseek-v3-ep8", "block", engine_args=BLOCK_FP8_ENGINE_ARGS),
     Model("qwen3-235b-tp4-block", "qwen3-235b-a22b-tp4", "block", engine_args=BLOCK_FP8_ENGINE_ARGS),
     Model("qwen3-coder-480b-tp4-block", "qwen3-coder-480b-a35b-tp4", "block", engine_args=BLOCK_FP8_ENGINE_ARGS),
-)) + (
     # DeepSeek-V3's TP8 rank in its own architecture (MLA, grouped sigmoid routing, shared expert, dense first layers)
-    Model("deepseek-v3-tp8-mla-block", "deepseek-v3-tp8-mla", "block",
-          ("stock", "image", *MLA_PASS_ARMS, CANDIDATES_ARM, *PEER_ARMS), engine_args=BLOCK_FP8_ENGINE_ARGS),
-)
+    Model("deepseek-v3-tp8-mla-block", "deepseek-v3-tp8-mla", "block", engine_args=BLOCK_FP8_ENGINE_ARGS),
+))
 # The embedded bf16 tiny model: a check of the bench itself on the CPU engine (--models tiny-cpu), stock and image
 # only (the peers' runtimes are GPU builds).
 CPU_CHECK = Model("tiny-cpu", "", "")
