@@ -465,6 +465,30 @@ def test_the_no_nvcc_arm_is_the_image_as_its_container_runs_it(tmp_path, monkeyp
     assert str(cuda / "bin") in envs["stock"]["PATH"].split(os.pathsep) and envs["stock"]["CUDA_HOME"] == str(cuda)
 
 
+def test_the_no_aot_compile_arm_is_the_image_with_vllms_aot_compile_off(tmp_path, gpu_build):
+    """image-no-aot-compile: the image's command and settings, and in the environment its launcher hands vLLM,
+    VLLM_USE_AOT_COMPILE=0, which vLLM's own envs read as off (on by default with the image's torch); stock-debug's
+    variable comes from the same table."""
+    from serving import launcher
+    from serving.vllm_args import VllmArgs
+
+    m = _model("qwen3-235b-tp8-tensor")
+    assert models.NO_AOT_COMPILE_ARM in m.arms and models.NO_AOT_COMPILE_ARM in models.MEASURED_ARMS
+    cfg = _bench_config(tmp_path)
+    envs = {arm: servers.server_command(cfg, m, arm, tmp_path / "model", 8002)[1]
+            for arm in ("image", models.NO_AOT_COMPILE_ARM, "stock-debug")}
+    plans = {arm: launcher.plan(envs[arm] | {"OPTION_MODEL_ID": "Qwen/Qwen3-0.6B"}, VllmArgs())
+             for arm in ("image", models.NO_AOT_COMPILE_ARM)}
+    assert plans["image"].argv == plans[models.NO_AOT_COMPILE_ARM].argv
+    assert "VLLM_USE_AOT_COMPILE" not in plans["image"].env
+    assert envs["stock-debug"]["VLLM_LOGGING_LEVEL"] == "DEBUG"
+    read = "import vllm.envs as e; print(e.VLLM_USE_AOT_COMPILE)"
+    aot = {arm: subprocess.run([sys.executable, "-c", read], env=plans[arm].env, capture_output=True, text=True,
+                               check=True, timeout=120).stdout.split()[-1]
+           for arm in plans}
+    assert aot == {"image": "True", models.NO_AOT_COMPILE_ARM: "False"}
+
+
 def test_the_candidates_arm_serves_configs_with_the_candidate_files_laid_over_them(tmp_path, monkeypatch):
     """image-candidates: the image with --candidate-configs' files over the image's configs (a file of the same name
     replaced, the others kept); refused without a folder of files."""

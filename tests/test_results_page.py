@@ -55,6 +55,23 @@ def test_the_235b_ep8_and_sglang_figures_are_the_recorded_run_19():
                 assert f"{statistics.median(cross):.3f}x" in headline, (base, clients)
 
 
+def test_the_per_tensor_235b_and_sglang_figures_are_the_recorded_run_28():
+    """The headline's per-tensor 235B TP8 figures (image/stock) and its SGLang figures (image/sglang), this bench's
+    medians in bold with vLLM's client's beside them, and the goals row's medians with their ranges, are run 28's."""
+    res = json.loads((ROOT / "bench" / "data" / "h200_tensor_28" / "e2e.json").read_text())
+    headline, goals = PAGE.split("## Goals")[0], PAGE.split("## Goals")[1].split("## What ships")[0]
+    model = "qwen3-235b-tp8-tensor@94L"
+    for base in ("stock", "sglang"):
+        for clients in ("1", "8", "32"):
+            ratios = sorted(paired_ratios([res], model, "throughput", "tok_s", clients, base=base))
+            assert len(ratios) == 3 and f"**{statistics.median(ratios):.3f}x**" in headline, (base, clients)
+            cross = paired_ratios([res], model, "throughput", "tok_s", clients, base=base, section="cross_check")
+            assert len(cross) == 2 and f"{statistics.median(cross):.3f}x" in headline, (base, clients)
+            if base == "sglang":
+                figure = f"{statistics.median(ratios):.3f} ({ratios[0]:.3f}-{ratios[-1]:.3f})"
+                assert figure in goals, (base, clients)
+
+
 def test_the_235b_ep8_gemv_and_vllm_034_figures_are_the_recorded_run_20():
     """The headline's 235B EP8 figures with patch 0011's entries (image-candidates/stock) and its stock vLLM 0.34
     figures (image/vllm-latest), from both clients, are run 20's."""

@@ -102,6 +102,14 @@ def parse_layers(tokens: list[str], models: list[str]) -> dict[str, int]:
 # context; SGLang's decode steps run no combine kernel, run 15's profile). A measure of that kernel's cost at the
 # bench's short contexts, not a default: on one split a few long contexts run on as many thread blocks as the layer
 # has KV heads.
+# Arms that differ from theirs ("image", or "stock") by vLLM environment variables: "image-no-aot-compile" (vLLM's
+# torch.compile without its AOT path, VLLM_USE_AOT_COMPILE=0: at a cold start vLLM otherwise collects and saves every
+# compiled piece's artifact for a later start, 21-23 s of a 94-layer start in run 28, which a container that starts
+# from an empty cache never reads) and "stock-debug".
+ARM_ENV: dict[str, dict[str, str]] = {
+    "image-no-aot-compile": {"VLLM_USE_AOT_COMPILE": "0"},
+    "stock-debug": {"VLLM_LOGGING_LEVEL": "DEBUG"},
+}
 IMAGE_ARM_ENGINE_ARGS: dict[str, dict[str, str]] = {
     "image-attn-one-split": {"attention-config": '{"flash_attn_max_num_splits_for_cuda_graph": 1}'},
 }
@@ -121,6 +129,7 @@ IMAGE_ARM_SETTINGS: dict[str, dict[str, object]] = {
     "image-no-nvcc": {},  # its environment hides nvcc (servers.server_command)
     "image-candidates": {},  # its configs_dir is made per run (servers.candidate_configs_dir)
     **{arm: {} for arm in IMAGE_ARM_ENGINE_ARGS},  # one vLLM flag each, no setting of the table
+    **{arm: {} for arm in ARM_ENV if arm.startswith("image")},  # vLLM environment variables, no setting of the table
 }
 # The peers a user would pick instead of the image, each from a runtime of its own (bench/e2e/servers.py PEERS says
 # which settings of theirs match which of vLLM's, and why): "sglang" (SGLang 0.5.21's own server, its default MoE
@@ -133,18 +142,21 @@ NORM_QUANT_ARMS = ("image-vllm-norm-quant", "image-separate-norm-quant")
 COMPILE_SIZES_ARM = "image-compile-decode-sizes"
 NO_NVCC_ARM = "image-no-nvcc"
 ATTN_ONE_SPLIT_ARM = "image-attn-one-split"
+NO_AOT_COMPILE_ARM = "image-no-aot-compile"
 MEASURED_ARMS = ("stock", "image", "image-stock-order", "image-vllm-quant", "image-vllm-topk", "image-eager-prefill",
                  "image-bf16-router", "image-cutlass-dense", "image-gemv-silu", QK_NORM_ROPE_ARM, *NORM_QUANT_ARMS,
-                 COMPILE_SIZES_ARM, NO_NVCC_ARM, ATTN_ONE_SPLIT_ARM, CANDIDATES_ARM, *PEER_ARMS)
+                 COMPILE_SIZES_ARM, NO_NVCC_ARM, ATTN_ONE_SPLIT_ARM, NO_AOT_COMPILE_ARM, CANDIDATES_ARM, *PEER_ARMS)
 # Block FP8: the linear layers on vLLM's prebuilt CUTLASS block-scaled kernel in both arms, so that only the MoE
 # path differs. vLLM's default there is FlashInfer's DeepGEMM kernel, which the image builds with nvcc at start and
 # stock follows with DeepGEMM's JIT warm-up of 512 shapes (42-48 minutes on an H200 by its own estimate), beyond
 # one session's device time.
 BLOCK_FP8_ENGINE_ARGS = (("linear-backend", "cutlass"),)
 # Every GPU model has the Q/K norm + RoPE arm, the norm + quantization arms, the decode compile sizes, the image
-# without nvcc, the one-split attention arm, the candidates arm and the peers, less the two arms of Qwen3's attention
-# where its preset has MLA; a run starts the candidates arm and the peers only when --arms names them.
-PASS_ARMS = (QK_NORM_ROPE_ARM, *NORM_QUANT_ARMS, COMPILE_SIZES_ARM, NO_NVCC_ARM, ATTN_ONE_SPLIT_ARM)
+# without nvcc, the one-split attention arm, the image without vLLM's AOT compile, the candidates arm and the peers,
+# less the two arms of Qwen3's attention where its preset has MLA; a run starts the candidates arm and the peers only
+# when --arms names them.
+PASS_ARMS = (QK_NORM_ROPE_ARM, *NORM_QUANT_ARMS, COMPILE_SIZES_ARM, NO_NVCC_ARM, ATTN_ONE_SPLIT_ARM,
+             NO_AOT_COMPILE_ARM)
 QWEN3_ATTENTION_ARMS = (QK_NORM_ROPE_ARM, ATTN_ONE_SPLIT_ARM)
 
 

@@ -15,7 +15,7 @@ from serving.settings import TABLE, to_environment
 from tools.launcher_process import Server, free_port, spawn
 
 from .config import Config
-from .models import CANDIDATES_ARM, IMAGE_ARM_ENGINE_ARGS, IMAGE_ARM_SETTINGS, NO_NVCC_ARM, PEER_ARMS, Model
+from .models import ARM_ENV, CANDIDATES_ARM, IMAGE_ARM_ENGINE_ARGS, IMAGE_ARM_SETTINGS, NO_NVCC_ARM, PEER_ARMS, Model
 
 JIT_WARNING = "JIT compilation during inference"
 MAX_NUM_SEQS = 128
@@ -232,11 +232,10 @@ def server_command(cfg: Config, model: Model, arm: str, model_dir: Path, port: i
         env["PYTHONPATH"] = os.pathsep.join(p for p in (cfg.stock_site, env.get("PYTHONPATH", "")) if p)
         if arm == "stock-no-nvcc":
             env = _without_nvcc(env)
-        if arm == "stock-debug":
-            env["VLLM_LOGGING_LEVEL"] = "DEBUG"
         # `vllm serve`, as the image's launcher starts it (the stock arm runs the GPU wheel's `vllm` distribution)
         cmd = [cfg.image_python, "-m", "vllm.entrypoints.cli.main", "serve", str(model_dir),
                "--host", "127.0.0.1", "--port", str(port), *_flags(args)]
+    env.update(ARM_ENV.get(arm, {}))
     return cmd, env
 
 
