@@ -104,8 +104,8 @@ def parse_layers(tokens: list[str], models: list[str]) -> dict[str, int]:
 # has KV heads.
 # Arms that differ from theirs ("image", or "stock") by vLLM environment variables: "image-no-aot-compile" (vLLM's
 # torch.compile without its AOT path, VLLM_USE_AOT_COMPILE=0: at a cold start vLLM otherwise collects and saves every
-# compiled piece's artifact for a later start, 21-23 s of a 94-layer start in run 28, which a container that starts
-# from an empty cache never reads) and "stock-debug".
+# compiled piece's artifact for a later start, which a container that starts from an empty cache never reads; run
+# 28's 94-layer starts logged 21-23 s between the compiled graph and `collected artifacts`) and "stock-debug".
 ARM_ENV: dict[str, dict[str, str]] = {
     "image-no-aot-compile": {"VLLM_USE_AOT_COMPILE": "0"},
     "stock-debug": {"VLLM_LOGGING_LEVEL": "DEBUG"},
