@@ -387,9 +387,9 @@ def test_each_image_arm_switches_one_setting_of_the_table_and_no_arm_inherits_a_
     and a switch left in the bench's own environment, under any of its names, reaches no arm."""
     from serving.settings import TABLE
 
-    # one setting each ("image", "image-no-nvcc", "image-candidates" and the arms of one vLLM flag none); two arms may
-    # give one setting two values
-    unset = {"image", "image-no-nvcc", "image-candidates", *models.IMAGE_ARM_ENGINE_ARGS}
+    # one setting each ("image", "image-no-nvcc", "image-candidates" and the arms of one vLLM flag or vLLM environment
+    # variables none); two arms may give one setting two values
+    unset = {"image", "image-no-nvcc", "image-candidates", *models.IMAGE_ARM_ENGINE_ARGS, models.NO_AOT_COMPILE_ARM}
     assert {arm for arm, own in models.IMAGE_ARM_SETTINGS.items() if not own} == unset
     assert all(len(own) == 1 for arm, own in models.IMAGE_ARM_SETTINGS.items() if arm not in unset)
     switched = {key: value for arm in models.IMAGE_ARM_SETTINGS.values() for key, value in arm.items()}
