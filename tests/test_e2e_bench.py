@@ -103,6 +103,9 @@ def test_servers_started_cold_and_stopped(run):
         assert s["jit_warnings"] == 0
         # no prompt reached a server twice: its prefix cache looked up every measured prompt and found none
         assert s["prefix_cache_tokens"]["queries"] > 0 and s["prefix_cache_tokens"]["hits"] == 0, s
+        # nor did vLLM's client's prompts (the cross-check): more looked up since, still none found
+        after = s["prefix_cache_tokens_cross_check"]
+        assert after["queries"] > s["prefix_cache_tokens"]["queries"] and after["hits"] == 0, s
         # every compile logged, not only a kernel's first (vLLM's monitor warns once per kernel otherwise)
         assert "jit_monitor_verbose=True" in (out / "logs" / f"{name}.log").read_text()
     image_log = (out / "logs" / "tiny-cpu.image.log").read_text()
@@ -138,7 +141,8 @@ def test_cross_check_measures_each_arm_with_vllms_own_client(run):
         rep = reps[0]
         assert set(rep["requests"]) == set(rep["throughput"]) == measured, rep
         for c, req in rep["requests"].items():
-            assert req == {"completed": int(c), "failed": 0}  # --waves 1: one request per client
+            # --waves 1: one request per client, each of the run's prompt length in the model's own tokenizer
+            assert req == {"completed": int(c), "failed": 0, "input_tokens": int(c) * PROMPT_TOKENS}
             assert rep["throughput"][c]["tok_s"] > 0 and rep["latency"][c]["ttft_p50_ms"] > 0
     md = (out / "e2e.md").read_text()
     assert "Cross-check with vLLM's `vllm bench serve`" in md
@@ -189,26 +193,45 @@ def test_cross_check_table_sets_the_clients_ratios_beside_the_benchs():
     assert "- m: the cross-check failed: RuntimeError('the client exited 1')" in report.summarize(res)
 
 
-def test_the_cross_check_plan_alternates_arms_on_the_same_prompts(tmp_path):
-    """Repetition, then arm, then concurrency; each arm of a repetition gets the same seed (the same prompts) at a
-    concurrency, every other measurement another seed, and the client's arguments parse with vLLM's own parser."""
+def test_the_cross_check_plan_alternates_arms_on_the_same_fresh_prompts(tmp_path):
+    """Repetition, then arm, then concurrency; each arm of a repetition gets the same prompts at a concurrency, every
+    other measurement other prompts, none of them sharing a first cache block (16 tokens) with another; the
+    client's arguments parse with vLLM's own parser, and its custom dataset reads the prompts as written, each the
+    run's prompt length in the shards' tokenizer (the embedded model's, serving.tiny_model)."""
+    from vllm.benchmarks.datasets.datasets import CustomDataset
     from vllm.benchmarks.serve import add_cli_args
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     from bench.e2e import crosscheck
-    entries = crosscheck.plan({"stock": "http://127.0.0.1:1", "image": "http://127.0.0.1:2"}, "m", tmp_path, 128,
-                              128, (1, 8), 4, 2)
+    from serving import tiny_model
+    tokenizer = tiny_model.ensure(tmp_path / "model")
+    entries = crosscheck.plan({"stock": "http://127.0.0.1:1", "image": "http://127.0.0.1:2"}, "m", tokenizer, 128,
+                              128, (1, 8), 4, 2, tmp_path / "prompts")
     assert [(e["rep"], e["arm"], e["clients"]) for e in entries] == [
         (r, a, c) for r in (0, 1) for a in ("stock", "image") for c in (1, 8)]
     parser = FlexibleArgumentParser()
     add_cli_args(parser)
     args = parser.parse_args(entries[-1]["argv"])
     assert (args.base_url, args.max_concurrency, args.num_prompts) == ("http://127.0.0.1:2", 8, 32)
-    seeds = {(e["rep"], e["arm"], e["clients"]): parser.parse_args(e["argv"]).seed for e in entries}
-    assert all(seeds[(r, "stock", c)] == seeds[(r, "image", c)] for r in (0, 1) for c in (1, 8))
-    assert len({seeds[(r, "stock", c)] for r in (0, 1) for c in (1, 8)}) == 4
-    assert (args.random_input_len, args.random_output_len, args.ignore_eos, args.dataset_name) == (
-        128, 128, True, "random")
+    paths = {(e["rep"], e["arm"], e["clients"]): parser.parse_args(e["argv"]).dataset_path for e in entries}
+    assert all(paths[(r, "stock", c)] == paths[(r, "image", c)] for r in (0, 1) for c in (1, 8))
+    assert len({paths[(r, "stock", c)] for r in (0, 1) for c in (1, 8)}) == 4
+    assert (args.dataset_name, args.custom_output_len, args.ignore_eos, args.skip_chat_template) == (
+        "custom", 128, True, True)
+    assert args.ready_check_timeout_sec == 0  # its test run would send a measurement's first prompt twice
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(tokenizer)
+    blocks = []
+    for e in entries[:2] + entries[4:6]:  # repetition 0 and 1, both concurrencies, one arm
+        crosscheck.write_dataset(e["dataset"])
+        a = parser.parse_args(e["argv"])
+        sent = CustomDataset(dataset_path=a.dataset_path, disable_shuffle=True, random_seed=a.seed).sample(
+            tok, a.num_prompts, output_len=a.custom_output_len, skip_chat_template=True)
+        assert len(sent) == a.num_prompts
+        ids = [tok(r.prompt).input_ids for r in sent]  # as the server counts a text prompt, its specials added
+        assert all(len(i) == 128 for i in ids) and all(r.prompt_len == 128 for r in sent)
+        blocks += [tuple(i[:16]) for i in ids]
+    assert len(blocks) == len(set(blocks)) == 2 * (4 + 32)
     # greedy, as the bench's own requests: the client would otherwise leave sampling to the server (temperature 1)
     from bench.e2e.workload import completion_body
     assert args.temperature == completion_body("m", [300], 8, stream=False)["temperature"] == 0.0

@@ -1,8 +1,18 @@
 """The cross-check: every measured arm measured again, after the bench's own repetitions, by a client this project
 did not write: vLLM's own serving benchmark (`vllm bench serve`, the module vllm.benchmarks.serve of the image's
-Python), on its random dataset at the run's prompt and output lengths with ignore_eos and greedy sampling (as the
-bench's own requests), at each measured concurrency, `waves` requests per client, the arms alternating as in the
-bench's own repetitions (repetition, arm, concurrency).
+Python), at the run's prompt and output lengths with ignore_eos and greedy sampling (as the bench's own requests), at
+each measured concurrency, `waves` requests per client, the arms alternating as in the bench's own repetitions
+(repetition, arm, concurrency).
+
+Its prompts are fresh, as the bench's own are: no server is sent a prompt, or a prompt's first cache block, twice.
+The client's random dataset cannot give that on the shards: its prompts are runs of consecutive token ids from a
+random start, and on their byte-level tokenizer (serving.tiny_model) a few hundred starts exist, whose text many
+collapse into the same replacement characters. Its prompts for run 28's plan repeated (3 of 4 at one client in the
+second repetition, 88 of 128 at 32 clients), so prefix caches served them: SGLang's radix cache turned whole prompts
+into one-token steps, and vLLM's hit 8-20% of the tokens it looked up. So each measurement's prompts are this
+module's own (fresh_prompts: random letters and digits, one token a character on that tokenizer), given to the
+client as its `custom` dataset, a JSONL file written before the measurement, and the client's one-prompt test run
+before a measurement is skipped (the servers are ready), since it sends the first prompt once more.
 
 Its output tokens/s, median TTFT and median inter-token latency are kept per arm and repetition in the shape of the
 bench's own figures (e2e.json: models.MODEL.cross_check.ARM, a list like reps.ARM), so the same paired ratios come
@@ -15,6 +25,8 @@ One child Python runs every measurement of a model in turn (the client's import 
 from __future__ import annotations
 
 import json
+import random
+import string
 import subprocess
 import sys
 from pathlib import Path
@@ -27,42 +39,78 @@ FIGURES = {"output_throughput": ("throughput", "tok_s"), "median_ttft_ms": ("lat
            "median_itl_ms": ("latency", "itl_p50_ms")}
 
 
-def client_args(url: str, model_id: str, tokenizer: Path, in_tokens: int, out_tokens: int, clients: int,
+PROMPT_ALPHABET = string.ascii_letters + string.digits
+
+
+def fresh_prompts(n: int, in_tokens: int, seed: int) -> list[str]:
+    """n prompts of in_tokens random letters and digits drawn from `seed`, each character one token on the shards'
+    byte-level tokenizer. Two prompts share their first 16 characters (about a vLLM cache block) with a chance of
+    62^-16."""
+    rng = random.Random(seed)
+    return ["".join(rng.choices(PROMPT_ALPHABET, k=in_tokens)) for _ in range(n)]
+
+
+def client_args(url: str, model_id: str, tokenizer: Path, dataset: Path, out_tokens: int, clients: int,
                 waves: int, seed: int) -> list[str]:
-    """The client's command line for one measurement, its prompts drawn from `seed`. Greedy, as the bench's own
-    requests (workload.completion_body): without --temperature the client leaves sampling to the server, whose
-    default is temperature 1, a sampler of another cost."""
+    """The client's command line for one measurement, its prompts the lines of `dataset` (fresh_prompts of `seed`)
+    in order, as they are (no chat template). Greedy, as the bench's own requests (workload.completion_body):
+    without --temperature the client leaves sampling to the server, whose default is temperature 1, a sampler of
+    another cost."""
     return ["--backend", "openai", "--base-url", url, "--model", model_id, "--tokenizer", str(tokenizer),
-            "--dataset-name", "random", "--random-input-len", str(in_tokens), "--random-output-len", str(out_tokens),
-            "--random-range-ratio", "0", "--num-prompts", str(waves * clients), "--max-concurrency", str(clients),
+            "--dataset-name", "custom", "--dataset-path", str(dataset), "--custom-output-len", str(out_tokens),
+            "--skip-chat-template", "--disable-shuffle", "--ready-check-timeout-sec", "0",
+            "--num-prompts", str(waves * clients), "--max-concurrency", str(clients),
             "--ignore-eos", "--temperature", "0", "--seed", str(seed), "--disable-tqdm"]
 
 
 def measurement_seed(rep: int, clients: int) -> int:
-    """The random dataset's seed of one measurement: the same for every arm of a repetition at one concurrency, and
+    """The prompts' seed of one measurement: the same for every arm of a repetition at one concurrency, and
     another for every other (repetition, concurrency), so that no server is sent a prompt twice."""
     return 1000 * (rep + 1) + clients
 
 
 def plan(urls: dict[str, str], model_id: str, tokenizer: Path, in_tokens: int, out_tokens: int,
-         clients: tuple[int, ...], waves: int, reps: int) -> list[dict]:
+         clients: tuple[int, ...], waves: int, reps: int, prompts_dir: Path) -> list[dict]:
     """Every measurement of one model (urls: arm -> its server's http://host:port), in the order they run:
-    repetition, then arm (in the order given), then concurrency."""
-    return [{"arm": arm, "rep": rep, "clients": c,
-             "argv": client_args(url, model_id, tokenizer, in_tokens, out_tokens, c, waves, measurement_seed(rep, c))}
-            for rep in range(reps) for arm, url in urls.items() for c in clients]
+    repetition, then arm (in the order given), then concurrency. Each names its prompts (`dataset`: the JSONL file
+    in prompts_dir, its seed, how many, how long), which the child writes before it runs the measurement."""
+    entries = []
+    for rep in range(reps):
+        for arm, url in urls.items():
+            for c in clients:
+                seed = measurement_seed(rep, c)
+                dataset = {"path": str(prompts_dir / f"prompts-{seed}.jsonl"), "seed": seed, "prompts": waves * c,
+                           "tokens": in_tokens, "tokenizer": str(tokenizer)}
+                entries.append({"arm": arm, "rep": rep, "clients": c, "dataset": dataset,
+                                "argv": client_args(url, model_id, tokenizer, Path(dataset["path"]), out_tokens, c,
+                                                    waves, seed)})
+    return entries
+
+
+def write_dataset(dataset: dict) -> None:
+    """A measurement's prompts as the client's custom dataset reads them: one {"prompt": ...} line each, each the
+    run's prompt length as the server counts it, the special tokens its tokenizer adds to a text prompt included (the
+    bench's own prompts are token ids, to which none are added)."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(dataset["tokenizer"])
+    added = len(tok("a").input_ids) - len(tok("a", add_special_tokens=False).input_ids)
+    path = Path(dataset["path"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    prompts = fresh_prompts(dataset["prompts"], dataset["tokens"] - added, dataset["seed"])
+    path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts))
 
 
 def as_reps(rows: list[dict]) -> dict[str, list[dict]]:
     """The client's results as the bench's own repetitions are kept: arm -> [{"throughput": {clients: {"tok_s"}},
-    "latency": {clients: {"ttft_p50_ms", "itl_p50_ms"}}, "requests": {clients: {"completed", "failed"}}}]."""
+    "latency": {clients: {"ttft_p50_ms", "itl_p50_ms"}}, "requests": {clients: {"completed", "failed", "input_tokens"}}}]."""
     out: dict[str, list[dict]] = {}
     for row in rows:
         reps = out.setdefault(row["arm"], [])
         while len(reps) <= row["rep"]:
             reps.append({"throughput": {}, "latency": {}, "requests": {}})
         rep, c = reps[row["rep"]], str(row["clients"])
-        rep["requests"][c] = {k: row[k] for k in ("completed", "failed", "error") if k in row}
+        rep["requests"][c] = {k: row[k] for k in ("completed", "failed", "input_tokens", "error") if k in row}
         if "error" not in row:
             for name, (kind, metric) in FIGURES.items():
                 rep[kind].setdefault(c, {})[metric] = row[name]
@@ -98,8 +146,10 @@ def main(argv: list[str]) -> int:
             add_cli_args(parser)
             row = {k: e[k] for k in ("arm", "rep", "clients")}
             try:
+                write_dataset(e["dataset"])
                 r = bench_main(parser.parse_args(e["argv"]))
-                row.update(completed=int(r["completed"]), failed=int(r["failed"]))
+                row.update(completed=int(r["completed"]), failed=int(r["failed"]),
+                           input_tokens=int(r["total_input_tokens"]))
                 if row["completed"]:
                     row.update({k: float(r[k]) for k in FIGURES})
                 else:  # no figure to keep: the client's log says why each request failed

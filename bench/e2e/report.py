@@ -18,11 +18,16 @@ PROFILE_CLASSES = (("moe_w13", "MoE w13"), ("moe_w2", "MoE w2"), ("attention", "
 
 def prefix_cache_cell(server: dict) -> str:
     """A server's prefix-cache hits as e2e.md shows them: '-' where the run did not ask (runs up to 13), 'not
-    counted' where the server exports no counter (SGLang)."""
+    counted' where the server exports no counter (SGLang); then, where the run counted them again after its
+    cross-check (from run 29), those."""
     if "prefix_cache_tokens" not in server:
         return "-"
-    pc = server["prefix_cache_tokens"]
-    return "not counted" if pc is None else f"{pc.get('hits', 0)} of {pc.get('queries', 0)}"
+    cells = []
+    for key, said in (("prefix_cache_tokens", ""), ("prefix_cache_tokens_cross_check", "after the cross-check ")):
+        if key in server:
+            pc = server[key]
+            cells.append(said + ("not counted" if pc is None else f"{pc.get('hits', 0)} of {pc.get('queries', 0)}"))
+    return "; ".join(cells)
 
 
 def profile_windows(results: dict):

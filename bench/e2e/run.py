@@ -110,14 +110,19 @@ class Run:
         self.save()
         if cfg.cross_check:
             clients = tuple(c for c in THROUGHPUT_CONCURRENCY if not cfg.clients or c in cfg.clients)
+            work = cfg.work / "crosscheck" / m.name
             entries = plan({arm: arms[arm].url for arm in measured}, model_id, model_dir, cfg.in_tokens,
-                           cfg.out_tokens, clients, cfg.waves, cfg.cross_check)
+                           cfg.out_tokens, clients, cfg.waves, cfg.cross_check, work / "prompts")
             try:
-                mres["cross_check"] = cross_check(cfg.image_python, entries, cfg.work / "crosscheck" / m.name,
+                mres["cross_check"] = cross_check(cfg.image_python, entries, work,
                                                   timeout=cfg.ready_timeout + 60 * len(entries))
             except Exception as e:  # the cross-check is extra: record why it failed, keep the figures
                 mres["cross_check"] = {"error": repr(e)[:500]}
             log(f"{m.name}: cross-check with {len(entries)} measurements")
+            # the counters again: still 0 hits says the client's prompts were fresh too
+            for s in arms.values():
+                self.facts[s.name]["prefix_cache_tokens_cross_check"] = prefix_cache_tokens(s.host)
+                self.record_facts(s)
             self.save()
         if cfg.profile:
             tokens = cfg.profile_tokens or cfg.out_tokens
