@@ -4,15 +4,14 @@ Python), at the run's prompt and output lengths with ignore_eos and greedy sampl
 each measured concurrency, `waves` requests per client, the arms alternating as in the bench's own repetitions
 (repetition, arm, concurrency).
 
-Its prompts are fresh, as the bench's own are: no server is sent a prompt, or a prompt's first cache block, twice.
-The client's random dataset cannot give that on the shards: its prompts are runs of consecutive token ids from a
-random start, and on their byte-level tokenizer (serving.tiny_model) a few hundred starts exist, whose text many
-collapse into the same replacement characters. Its prompts for run 28's plan repeated (3 of 4 at one client in the
-second repetition, 88 of 128 at 32 clients), so prefix caches served them: SGLang's radix cache turned whole prompts
-into one-token steps, and vLLM's hit 8-20% of the tokens it looked up. So each measurement's prompts are this
-module's own (fresh_prompts: random letters and digits, one token a character on that tokenizer), given to the
-client as its `custom` dataset, a JSONL file written before the measurement, and the client's one-prompt test run
-before a measurement is skipped (the servers are ready), since it sends the first prompt once more.
+Its prompts are fresh, as the bench's own are: no server is sent a prompt, or a prompt's first cache block, twice,
+so no prefix cache serves one. The client's random dataset cannot give that on the shards: its prompts are runs of
+consecutive token ids from a random start, their byte-level tokenizer (serving.tiny_model) has 256 such starts, and
+decoded to text many collapse into the same replacement characters (drawn for run 28's plan, 88 of the 128 prompts
+at 32 clients had been sent before). So each measurement's prompts are this module's own (fresh_prompts: random
+letters and digits, one token a character on that tokenizer), given to the client as its `custom` dataset, a JSONL
+file written before the measurement; and the client's one-prompt test run before a measurement, which would send
+its first prompt twice, is skipped (the servers are ready).
 
 Its output tokens/s, median TTFT and median inter-token latency are kept per arm and repetition in the shape of the
 bench's own figures (e2e.json: models.MODEL.cross_check.ARM, a list like reps.ARM), so the same paired ratios come
@@ -103,7 +102,8 @@ def write_dataset(dataset: dict) -> None:
 
 def as_reps(rows: list[dict]) -> dict[str, list[dict]]:
     """The client's results as the bench's own repetitions are kept: arm -> [{"throughput": {clients: {"tok_s"}},
-    "latency": {clients: {"ttft_p50_ms", "itl_p50_ms"}}, "requests": {clients: {"completed", "failed", "input_tokens"}}}]."""
+    "latency": {clients: {"ttft_p50_ms", "itl_p50_ms"}},
+    "requests": {clients: {"completed", "failed", "input_tokens"}}}]."""
     out: dict[str, list[dict]] = {}
     for row in rows:
         reps = out.setdefault(row["arm"], [])
