@@ -140,13 +140,16 @@ def main(argv: list[str]) -> int:
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     entries = json.loads(Path(argv[0]).read_text())
+    written: set[str] = set()  # the arms of a repetition share a concurrency's prompts: each file is written once
     with open(argv[1], "a") as out:
         for e in entries:
             parser = FlexibleArgumentParser()
             add_cli_args(parser)
             row = {k: e[k] for k in ("arm", "rep", "clients")}
             try:
-                write_dataset(e["dataset"])
+                if e["dataset"]["path"] not in written:
+                    write_dataset(e["dataset"])
+                    written.add(e["dataset"]["path"])
                 r = bench_main(parser.parse_args(e["argv"]))
                 row.update(completed=int(r["completed"]), failed=int(r["failed"]),
                            input_tokens=int(r["total_input_tokens"]))

@@ -40,6 +40,13 @@ class Run:
         self.results["servers"].setdefault(s.name, {}).update(
             log_facts(s), inductor_picks=inductor_picks(self.cfg.home(s.name)), **self.facts.get(s.name, {}))
 
+    def record_prefix_caches(self, servers, key: str) -> None:
+        """Each server's prefix-cache counters as they are now, kept under `key` with its other facts, and saved."""
+        for s in servers:
+            self.facts.setdefault(s.name, {})[key] = prefix_cache_tokens(s.host)
+            self.record_facts(s)
+        self.save()
+
     def model(self, m: Model) -> None:
         """One model: its arms start together (their start times side by side under the same load), are
         measured, and are stopped before the next model starts. Never all models at once: up to 9 cold starts
@@ -104,10 +111,7 @@ class Run:
         # the servers' facts now, not only at the end: a run cut short during the profiles (its device lease
         # ending) still keeps each server's first TTFT and JIT counts. The prefix-cache counters now, before the
         # cross-check's client sends its own prompts: 0 hits says no prefill of this bench was a cache hit
-        for s in arms.values():
-            self.facts.setdefault(s.name, {})["prefix_cache_tokens"] = prefix_cache_tokens(s.host)
-            self.record_facts(s)
-        self.save()
+        self.record_prefix_caches(arms.values(), "prefix_cache_tokens")
         if cfg.cross_check:
             clients = tuple(c for c in THROUGHPUT_CONCURRENCY if not cfg.clients or c in cfg.clients)
             work = cfg.work / "crosscheck" / m.name
@@ -120,10 +124,7 @@ class Run:
                 mres["cross_check"] = {"error": repr(e)[:500]}
             log(f"{m.name}: cross-check with {len(entries)} measurements")
             # the counters again: still 0 hits says the client's prompts were fresh too
-            for s in arms.values():
-                self.facts[s.name]["prefix_cache_tokens_cross_check"] = prefix_cache_tokens(s.host)
-                self.record_facts(s)
-            self.save()
+            self.record_prefix_caches(arms.values(), "prefix_cache_tokens_cross_check")
         if cfg.profile:
             tokens = cfg.profile_tokens or cfg.out_tokens
             window = Workload(model_id, cfg.in_tokens, tokens, self.vocab)  # wl's prompts, shorter outputs
