@@ -289,6 +289,13 @@ SETTINGS: tuple[Setting, ...] = (
             "first start on every fresh host (minutes against the health-check timeout, and a failure where there is no "
             "nvcc); off, vLLM's own PyTorch sampler runs.", parse=parse_bool, default=False,
             env=("VLLM_USE_FLASHINFER_SAMPLER",), engine_env="VLLM_USE_FLASHINFER_SAMPLER"),
+    Setting("aot_compile", "false: vLLM's torch.compile without its AOT compile (VLLM_USE_AOT_COMPILE=0). By "
+            "default vLLM serializes the compiled model under VLLM_CACHE_ROOT at a cold start, so that a later start "
+            "finding it there skips Dynamo's trace; a container whose cache does not survive restarts never reads it. "
+            "Off, the per-tensor Qwen3-235B TP8 shard at 94 layers (an H100) compiled in 97 against 121 s and was "
+            "ready after 283 against 301 s, at 0.996-1.014x the tokens/s, but its one-client ITL p90 and p99 were "
+            "higher (6.4-7.1 against 5.9-6.0 ms, 8.3-9.5 against 6.3-8.3): bench/RESULTS-archive.md, run 29.",
+            parse=parse_bool, env=("VLLM_USE_AOT_COMPILE",), engine_env="VLLM_USE_AOT_COMPILE"),
     Setting("port", "HTTP port.", parse=parse_positive_int, default=8080, flag="--port", env=("SAGEMAKER_BIND_TO_PORT",)),
     Setting("host", "Address to listen on.", default="0.0.0.0", flag="--host"),
     Setting("max_request_bytes", "Largest request body /invocations accepts (413 beyond it); SageMaker's real-time "
@@ -497,6 +504,7 @@ class Settings:
     norm_quant: str = "compiled"
     compile_decode_tokens: int = 0
     flashinfer_sampler: bool = False
+    aot_compile: bool | None = None
     port: int = 8080
     host: str = "0.0.0.0"
     max_request_bytes: int = 6 * 1024 * 1024

@@ -410,9 +410,9 @@ def test_each_image_arm_switches_one_setting_of_the_table_and_no_arm_inherits_a_
     and a switch left in the bench's own environment, under any of its names, reaches no arm."""
     from serving.settings import TABLE
 
-    # one setting each ("image", "image-no-nvcc", "image-candidates" and the arms of one vLLM flag or vLLM environment
-    # variables none); two arms may give one setting two values
-    unset = {"image", "image-no-nvcc", "image-candidates", *models.IMAGE_ARM_ENGINE_ARGS, models.NO_AOT_COMPILE_ARM}
+    # one setting each ("image", "image-no-nvcc", "image-candidates" and the arms of one vLLM flag none); two arms may
+    # give one setting two values
+    unset = {"image", "image-no-nvcc", "image-candidates", *models.IMAGE_ARM_ENGINE_ARGS}
     assert {arm for arm, own in models.IMAGE_ARM_SETTINGS.items() if not own} == unset
     assert all(len(own) == 1 for arm, own in models.IMAGE_ARM_SETTINGS.items() if arm not in unset)
     switched = {key: value for arm in models.IMAGE_ARM_SETTINGS.values() for key, value in arm.items()}
@@ -489,9 +489,9 @@ def test_the_no_nvcc_arm_is_the_image_as_its_container_runs_it(tmp_path, monkeyp
 
 
 def test_the_no_aot_compile_arm_is_the_image_with_vllms_aot_compile_off(tmp_path, gpu_build):
-    """image-no-aot-compile: the image's command and settings, and in the environment its launcher hands vLLM,
-    VLLM_USE_AOT_COMPILE=0, which vLLM's own envs read as off (on by default with the image's torch); stock-debug's
-    variable comes from the same table."""
+    """image-no-aot-compile: the image's command, and in the environment its launcher hands vLLM,
+    VLLM_USE_AOT_COMPILE=0, which vLLM's own envs read as off where the image leaves vLLM's default (on with the
+    image's torch); stock-debug's variable comes from the bench's environment table."""
     from serving import launcher
     from serving.vllm_args import VllmArgs
 

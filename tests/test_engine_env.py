@@ -14,3 +14,12 @@ def test_flashinfer_sampler_is_off_unless_asked_for():
     assert _engine_env({})["VLLM_USE_FLASHINFER_SAMPLER"] == "0"
     assert _engine_env({"VLLM_USE_FLASHINFER_SAMPLER": "1"})["VLLM_USE_FLASHINFER_SAMPLER"] == "1"
     assert _engine_env({"OPTION_FLASHINFER_SAMPLER": "true"})["VLLM_USE_FLASHINFER_SAMPLER"] == "1"
+
+
+def test_aot_compile_is_vllms_unless_turned_off():
+    # vLLM's AOT compile stays as vLLM sets it (on, with the image's torch) unless the setting or the user's own
+    # VLLM_USE_AOT_COMPILE turns it off; the setting wins over vLLM's variable.
+    assert "VLLM_USE_AOT_COMPILE" not in _engine_env({})
+    assert _engine_env({"VLLM_USE_AOT_COMPILE": "0"})["VLLM_USE_AOT_COMPILE"] == "0"
+    assert _engine_env({"OPTION_AOT_COMPILE": "false"})["VLLM_USE_AOT_COMPILE"] == "0"
+    assert _engine_env({"OPTION_AOT_COMPILE": "true", "VLLM_USE_AOT_COMPILE": "0"})["VLLM_USE_AOT_COMPILE"] == "1"

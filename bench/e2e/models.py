@@ -102,12 +102,8 @@ def parse_layers(tokens: list[str], models: list[str]) -> dict[str, int]:
 # context; SGLang's decode steps run no combine kernel, run 15's profile). A measure of that kernel's cost at the
 # bench's short contexts, not a default: on one split a few long contexts run on as many thread blocks as the layer
 # has KV heads.
-# Arms that differ from theirs ("image", or "stock") by vLLM environment variables: "image-no-aot-compile" (vLLM's
-# torch.compile without its AOT path, VLLM_USE_AOT_COMPILE=0: at a cold start vLLM otherwise collects and saves every
-# compiled piece's artifact for a later start, which a container that starts from an empty cache never reads; run
-# 28's 94-layer starts logged 21-23 s between the compiled graph and `collected artifacts`) and "stock-debug".
+# Arms that differ from theirs ("stock") by vLLM environment variables only: "stock-debug".
 ARM_ENV: dict[str, dict[str, str]] = {
-    "image-no-aot-compile": {"VLLM_USE_AOT_COMPILE": "0"},
     "stock-debug": {"VLLM_LOGGING_LEVEL": "DEBUG"},
 }
 IMAGE_ARM_ENGINE_ARGS: dict[str, dict[str, str]] = {
@@ -126,10 +122,10 @@ IMAGE_ARM_SETTINGS: dict[str, dict[str, object]] = {
     "image-vllm-norm-quant": {"norm_quant": "vllm"},
     "image-separate-norm-quant": {"norm_quant": "separate"},
     "image-compile-decode-sizes": {"compile_decode_tokens": 8},
+    "image-no-aot-compile": {"aot_compile": False},
     "image-no-nvcc": {},  # its environment hides nvcc (servers.server_command)
     "image-candidates": {},  # its configs_dir is made per run (servers.candidate_configs_dir)
     **{arm: {} for arm in IMAGE_ARM_ENGINE_ARGS},  # one vLLM flag each, no setting of the table
-    **{arm: {} for arm in ARM_ENV if arm.startswith("image")},  # vLLM environment variables, no setting of the table
 }
 # The peers a user would pick instead of the image, each from a runtime of its own (bench/e2e/servers.py PEERS says
 # which settings of theirs match which of vLLM's, and why): "sglang" (SGLang 0.5.21's own server, its default MoE
