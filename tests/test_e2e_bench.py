@@ -90,7 +90,7 @@ def test_both_arms_measured_alternately(run):
     for arm in ("stock", "image"):  # the unmeasured warm-up pass: every concurrency's first request
         assert set(res["models"]["tiny-cpu"]["first_pass"][arm]) == every
     order = [ln.split(" rep ")[1].split(":")[0] for ln in stdout.splitlines() if " rep " in ln]
-    assert order == ["0 stock", "0 image", "1 stock", "1 image"]
+    assert order == ["0 stock", "0 image", "1 image", "1 stock"]  # every other repetition the other way round
 
 
 @pytest.mark.engine
@@ -194,10 +194,11 @@ def test_cross_check_table_sets_the_clients_ratios_beside_the_benchs():
 
 
 def test_the_cross_check_plan_alternates_arms_on_the_same_fresh_prompts(tmp_path):
-    """Repetition, then arm, then concurrency; each arm of a repetition gets the same prompts at a concurrency, every
-    other measurement other prompts, none of them sharing a first cache block (16 tokens) with another; the
-    client's arguments parse with vLLM's own parser, and its custom dataset reads the prompts as written, each the
-    run's prompt length in the shards' tokenizer (the embedded model's, serving.tiny_model)."""
+    """Repetition, then arm (every other repetition the other way round), then concurrency; each arm of a
+    repetition gets the same prompts at a concurrency, every other measurement other prompts, none of them sharing a
+    first cache block (16 tokens) with another; the client's arguments parse with vLLM's own parser, and its custom
+    dataset reads the prompts as written, each the run's prompt length in the shards' tokenizer (the embedded
+    model's, serving.tiny_model)."""
     from vllm.benchmarks.datasets.datasets import CustomDataset
     from vllm.benchmarks.serve import add_cli_args
     from vllm.utils.argparse_utils import FlexibleArgumentParser
@@ -208,11 +209,11 @@ def test_the_cross_check_plan_alternates_arms_on_the_same_fresh_prompts(tmp_path
     entries = crosscheck.plan({"stock": "http://127.0.0.1:1", "image": "http://127.0.0.1:2"}, "m", tokenizer, 128,
                               128, (1, 8), 4, 2, tmp_path / "prompts")
     assert [(e["rep"], e["arm"], e["clients"]) for e in entries] == [
-        (r, a, c) for r in (0, 1) for a in ("stock", "image") for c in (1, 8)]
+        (r, a, c) for r, arms in ((0, ("stock", "image")), (1, ("image", "stock"))) for a in arms for c in (1, 8)]
     parser = FlexibleArgumentParser()
     add_cli_args(parser)
     args = parser.parse_args(entries[-1]["argv"])
-    assert (args.base_url, args.max_concurrency, args.num_prompts) == ("http://127.0.0.1:2", 8, 32)
+    assert (args.base_url, args.max_concurrency, args.num_prompts) == ("http://127.0.0.1:1", 8, 32)
     paths = {(e["rep"], e["arm"], e["clients"]): parser.parse_args(e["argv"]).dataset_path for e in entries}
     assert all(paths[(r, "stock", c)] == paths[(r, "image", c)] for r in (0, 1) for c in (1, 8))
     assert len({paths[(r, "stock", c)] for r in (0, 1) for c in (1, 8)}) == 4
@@ -222,7 +223,7 @@ def test_the_cross_check_plan_alternates_arms_on_the_same_fresh_prompts(tmp_path
     from transformers import AutoTokenizer
     tok = AutoTokenizer.from_pretrained(tokenizer)
     blocks = []
-    for e in entries[:2] + entries[4:6]:  # repetition 0 and 1, both concurrencies, one arm
+    for e in entries[:2] + entries[4:6]:  # repetitions 0 and 1, both concurrencies, each repetition's first arm
         crosscheck.write_dataset(e["dataset"])
         a = parser.parse_args(e["argv"])
         sent = CustomDataset(dataset_path=a.dataset_path, disable_shuffle=True, random_seed=a.seed).sample(

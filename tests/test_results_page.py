@@ -72,6 +72,26 @@ def test_the_per_tensor_235b_and_sglang_figures_are_the_recorded_run_28():
                 assert figure in goals, (base, clients)
 
 
+def test_the_aot_compile_figures_are_the_recorded_run_29():
+    """The goals row's, the index row's and the aot_compile setting's figures for the image without vLLM's AOT
+    compile (image-no-aot-compile/image) are run 29's: how much sooner it was ready, and its tokens/s range."""
+    from serving.settings import TABLE
+
+    res = json.loads((ROOT / "bench" / "data" / "h100_tensor_29" / "e2e.json").read_text())
+    model = "qwen3-235b-tp8-tensor@94L"
+    ready = {arm: res["servers"][f"{model}.{arm}"]["ready_s"] for arm in ("image", "image-no-aot-compile")}
+    sooner = f"{ready['image'] - ready['image-no-aot-compile']:.0f} s sooner"
+    medians = [statistics.median(paired_ratios([res], model, "throughput", "tok_s", c, arm="image-no-aot-compile",
+                                               base="image")) for c in ("1", "8", "32")]
+    tok_s = f"{min(medians):.3f}-{max(medians):.3f}x the tokens/s"
+    goals = PAGE.split("## Goals")[1].split("## What ships")[0]
+    index_row = next(ln for ln in PAGE.splitlines() if ln.startswith("| run 29 |"))
+    assert sooner in goals and sooner in index_row and tok_s in index_row
+    help_text = TABLE["aot_compile"].help
+    assert f"ready after {ready['image-no-aot-compile']:.0f} against {ready['image']:.0f} s" in help_text
+    assert tok_s in help_text
+
+
 def test_the_235b_ep8_gemv_and_vllm_034_figures_are_the_recorded_run_20():
     """The headline's 235B EP8 figures with patch 0011's entries (image-candidates/stock) and its stock vLLM 0.34
     figures (image/vllm-latest), from both clients, are run 20's."""

@@ -10,8 +10,9 @@ the patched vLLM, configs/, the image's settings); "stock" is vLLM's own OpenAI 
 pristine wheel (DIR first on PYTHONPATH: its own configs, no series, vLLM's defaults). One model
 at a time: its arms start at once from empty caches (each its own HOME, vLLM, Triton and
 FlashInfer cache), so their start times are side by side under the same load; once all are up,
-the arms are measured in turn (stock, image, stock, image, ...) after one unmeasured warm-up pass
-each; then the model's servers are stopped and the next model starts.
+the arms are measured in turn (stock, image, image, stock, stock, image, ...: every other
+repetition the other way round) after one unmeasured warm-up pass each; then the model's servers
+are stopped and the next model starts.
 
 Per arm and repetition:
 - output tokens/s with 1, 8, 32 and 128 concurrent clients (non-streamed OpenAI completions,

@@ -32,6 +32,8 @@ from pathlib import Path
 
 from serving.paths import ROOT
 
+from .workload import repetition_order
+
 CLIENT = "vLLM's `vllm bench serve` (vllm.benchmarks.serve)"
 # The client's figure -> the bench's own name for the same figure (workload.Workload's throughput and latency).
 FIGURES = {"output_throughput": ("throughput", "tok_s"), "median_ttft_ms": ("latency", "ttft_p50_ms"),
@@ -71,11 +73,13 @@ def measurement_seed(rep: int, clients: int) -> int:
 def plan(urls: dict[str, str], model_id: str, tokenizer: Path, in_tokens: int, out_tokens: int,
          clients: tuple[int, ...], waves: int, reps: int, prompts_dir: Path) -> list[dict]:
     """Every measurement of one model (urls: arm -> its server's http://host:port), in the order they run:
-    repetition, then arm (in the order given), then concurrency. Each names its prompts (`dataset`: the JSONL file
+    repetition, then arm (in the order given, reversed in odd repetitions: workload.repetition_order), then
+    concurrency. Each names its prompts (`dataset`: the JSONL file
     in prompts_dir, its seed, how many, how long), which the child writes before it runs the measurement."""
     entries = []
     for rep in range(reps):
-        for arm, url in urls.items():
+        for arm in repetition_order(list(urls), rep):
+            url = urls[arm]
             for c in clients:
                 seed = measurement_seed(rep, c)
                 dataset = {"path": str(prompts_dir / f"prompts-{seed}.jsonl"), "seed": seed, "prompts": waves * c,

@@ -15,8 +15,8 @@ from .models import MEASURED_ARMS, Model, make_model
 from .report import summarize
 from .servers import inductor_picks, kv_sequences, log_facts, start_server
 from .traces import profile, profile_steps
-from .workload import (THROUGHPUT_CONCURRENCY, Workload, completion_body,
-                       first_pass, prefix_cache_tokens, repetition_start, request_json, requests_for, streamed, sweep)
+from .workload import (THROUGHPUT_CONCURRENCY, Workload, completion_body, first_pass, prefix_cache_tokens,
+                       repetition_order, repetition_start, request_json, requests_for, streamed, sweep)
 
 
 def log(msg: str) -> None:
@@ -102,7 +102,7 @@ class Run:
                 mres["first_pass"][arm] = first_pass(wl, s.host, first=1)  # prompt 0 was the first request's
             log(f"{s.name}: first request TTFT {self.facts[s.name]['first_ttft_ms']} ms")
         for rep in range(cfg.reps):
-            for arm in measured:
+            for arm in repetition_order(measured, rep):
                 r = sweep(wl, arms[arm].host, cfg.waves, cfg.clients, first=repetition_start(rep))
                 mres["reps"].setdefault(arm, []).append(r)
                 log(f"{m.name} rep {rep} {arm}: " + ", ".join(

@@ -26,6 +26,12 @@ def repetition_start(rep: int) -> int:
     return (rep + 1) * PHASE_PROMPTS
 
 
+def repetition_order(arms: list[str], rep: int) -> list[str]:
+    """The order repetition `rep` (0-based) measures the arms in: as given in even repetitions, the other way round
+    in odd ones, so that no arm always runs first, or always right after the same other arm's load."""
+    return list(arms) if rep % 2 == 0 else list(arms)[::-1]
+
+
 def _request(host: str, method: str, path: str, body: dict | None = None, timeout: float = 600):
     conn = http.client.HTTPConnection(host, timeout=timeout)
     conn.request(method, path, body=json.dumps(body) if body is not None else None,
