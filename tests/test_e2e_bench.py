@@ -513,6 +513,57 @@ def test_the_no_aot_compile_arm_is_the_image_with_vllms_aot_compile_off(tmp_path
     assert aot == {"image": "True", models.NO_AOT_COMPILE_ARM: "False"}
 
 
+# A server that answers GET /ping 200 once DELAY seconds have passed since it started (404 before), for the bench's
+# start-up orchestration: its own processes, ports and waits, without an engine's minutes.
+_SLOW_PING = """
+import http.server, sys, time
+ready = time.monotonic() + float(sys.argv[2])
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/ping" and time.monotonic() >= ready else 404)
+        self.end_headers()
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+@pytest.mark.parametrize("alone", [False, True])
+def test_the_arms_start_together_or_one_at_a_time_with_start_alone(tmp_path, monkeypatch, alone):
+    """Together, every arm starts before the first is ready; with --start-alone, each starts only once the one before
+    is ready, and each start to ready is its own server's (not the wait for the one before). e2e.md's server table
+    says which."""
+    from bench.e2e import run as e2e_run
+    from tools.launcher_process import free_port, spawn, stop
+
+    def slow_server(cfg, model, arm, model_dir):
+        port = free_port()
+        return spawn([sys.executable, "-c", _SLOW_PING, str(port), "1.5"], dict(os.environ),
+                     tmp_path / f"{arm}.log", port, name=f"{model.name}.{arm}")
+
+    monkeypatch.setattr(e2e_run, "start_server", slow_server)
+    m = replace(models.CPU_CHECK, arms=("stock", "image", "image-no-nvcc"))
+    cfg = replace(_bench_config(tmp_path), start_alone=alone, ready_timeout=60)
+    r = e2e_run.Run(cfg, 1000)
+    group = {}
+    try:
+        r.start(m, tmp_path / "model", group)
+    finally:
+        for s in group.values():
+            stop(s.proc, grace=5)
+    assert list(group) == list(m.arms) and all(s.failed is None for s in group.values())
+    assert all(1.5 <= s.ready_s < 30 for s in group.values())
+    servers_ = list(group.values())
+    ready_at = [s.started + s.ready_s for s in servers_]
+    if alone:
+        assert all(later.started >= ready for later, ready in zip(servers_[1:], ready_at))
+    else:
+        assert max(s.started for s in servers_) < min(ready_at)
+    r.results["servers"] = {s.name: {"ready_s": round(s.ready_s, 1)} for s in servers_}
+    header = next(ln for ln in report.summarize(r.results).splitlines() if ln.startswith("| server |"))
+    assert ("each started alone" in header) == alone
+
+
 def test_the_candidates_arm_serves_configs_with_the_candidate_files_laid_over_them(tmp_path, monkeypatch):
     """image-candidates: the image with --candidate-configs' files over the image's configs (a file of the same name
     replaced, the others kept); refused without a folder of files."""

@@ -9,7 +9,8 @@ Every arm is an HTTP server on loopback: "image" is this project's launcher (./e
 the patched vLLM, configs/, the image's settings); "stock" is vLLM's own OpenAI server from the
 pristine wheel (DIR first on PYTHONPATH: its own configs, no series, vLLM's defaults). One model
 at a time: its arms start at once from empty caches (each its own HOME, vLLM, Triton and
-FlashInfer cache), so their start times are side by side under the same load; once all are up,
+FlashInfer cache), so their start times are side by side under the same load (--start-alone:
+one at a time, each ready before the next starts, each start time its own); once all are up,
 the arms are measured in turn (stock, image, image, stock, stock, image, ...: every other
 repetition the other way round) after one unmeasured warm-up pass each; then the model's servers
 are stopped and the next model starts.

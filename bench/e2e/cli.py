@@ -52,6 +52,10 @@ def parser() -> argparse.ArgumentParser:
                         "above the requests it holds at once: 130 of 256 tokens on the 235B EP8 shard at 94 layers, "
                         "42 on the Coder EP8 shard at 36)")
     p.add_argument("--ready-timeout", type=float, default=d("ready_timeout"))
+    p.add_argument("--start-alone", action="store_true",
+                   help="start a model's arms one at a time, each ready (or failed) before the next starts, so that "
+                        "each start to ready is measured without the others' load; the run waits their sum instead "
+                        "of the longest (default: together)")
     p.add_argument("--profile", action="store_true",
                    help="a torch-profiler window per arm at each --profile-clients concurrency, after the repetitions")
     p.add_argument("--profile-clients", type=int, nargs="+", default=d("profile_clients"),

@@ -41,6 +41,7 @@ class Config:
     gpu_mem: float = 0.08
     kv_bytes: int = 3 << 29
     ready_timeout: float = 900
+    start_alone: bool = False  # the arms start one at a time, each ready before the next (run.Run.start)
     profile: bool = False
     profile_clients: tuple[int, ...] = (1, 32)  # a profile window at each of these concurrencies (--profile)
     profile_tokens: int | None = None  # output tokens of a profile window's requests; None: out_tokens

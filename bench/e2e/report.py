@@ -304,8 +304,10 @@ def summarize(results: dict) -> str:
     out += window_table(results)
     out += step_table(results)
     out += autotune_table(results)
-    out += ["", "| server | start to ready (s): /ping 200, SGLang /health 200 | first request TTFT (ms) | JIT warnings "
-            "| FlashInfer JIT builds | prefix-cache hits (tokens found of looked up, after the repetitions) |",
+    # --start-alone: each server started after the one before was ready (a run before it started them together)
+    alone = ", each started alone" if results.get("args", {}).get("start_alone") == "True" else ""
+    out += ["", f"| server | start to ready (s){alone}: /ping 200, SGLang /health 200 | first request TTFT (ms) | JIT "
+            "warnings | FlashInfer JIT builds | prefix-cache hits (tokens found of looked up, after the repetitions) |",
             "|---|---|---|---|---|---|"]
     for name, s in results["servers"].items():
         jit = s.get("jit_warnings", "-")

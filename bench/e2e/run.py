@@ -59,17 +59,16 @@ class Run:
         lacks = [arm for arm in cfg.arms if arm not in m.arms]
         if m.preset and lacks and cfg.arms != Config.default("arms"):
             log(f"{m.name}: has no arm {', '.join(lacks)} (its arms: {', '.join(m.arms)}); those are not run on it")
-        group = {arm: start_server(cfg, m, arm, model_dir) for arm in cfg.started_arms(m)}
+        group: dict[str, Server] = {}  # every server started, for the `finally` to stop (a later start may raise)
         try:
-            # two arms at least, or nothing to compare: the others are not waited for once that cannot be
-            wait_ready(list(group.values()), cfg.ready_timeout, report=log, min_ready=min(2, len(group)))
+            self.start(m, model_dir, group)
             for s in group.values():
                 self.results["servers"][s.name] = {"ready_s": round(s.ready_s, 1) if s.ready_s else None,
                                                    "failed": s.failed}
             self.save()
             self.measure(m, {arm: s for arm, s in group.items() if not s.failed}, model_dir)
         except Exception as e:  # one model's failure (a server died mid-run) keeps the others' figures
-            log(f"{m.name}: measurement failed: {e!r}")
+            log(f"{m.name}: failed: {e!r}")
             self.results["models"].setdefault(m.name, {})["error"] = repr(e)[:500]
         finally:
             for s in group.values():
@@ -80,6 +79,21 @@ class Run:
             self.save()
             if cfg.drop_models:
                 shutil.rmtree(model_dir, ignore_errors=True)
+
+    def start(self, m: Model, model_dir: Path, group: dict[str, Server]) -> None:
+        """Start the model's arms into `group` and wait for them: together (each start to ready under the others'
+        load, as a host serving several models would see it), or with --start-alone one at a time, each ready (or
+        failed) before the next starts, so that each start to ready is its own (the run waits their sum)."""
+        cfg = self.cfg
+        if cfg.start_alone:
+            for arm in cfg.started_arms(m):
+                group[arm] = start_server(cfg, m, arm, model_dir)
+                wait_ready([group[arm]], cfg.ready_timeout, report=log)
+            return
+        for arm in cfg.started_arms(m):
+            group[arm] = start_server(cfg, m, arm, model_dir)
+        # two arms at least, or nothing to compare: the others are not waited for once that cannot be
+        wait_ready(list(group.values()), cfg.ready_timeout, report=log, min_ready=min(2, len(group)))
 
     def measure(self, m: Model, arms: dict[str, Server], model_dir: Path) -> None:
         """One model's warm-up pass per arm, the alternating repetitions, the cross-check, and the profiles."""
