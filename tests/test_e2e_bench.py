@@ -531,8 +531,7 @@ http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 @pytest.mark.parametrize("alone", [False, True])
 def test_the_arms_start_together_or_one_at_a_time_with_start_alone(tmp_path, monkeypatch, alone):
     """Together, every arm starts before the first is ready; with --start-alone, each starts only once the one before
-    is ready, and each start to ready is its own server's (not the wait for the one before). e2e.md's server table
-    says which."""
+    is ready. e2e.md's server table says which."""
     from bench.e2e import run as e2e_run
     from tools.launcher_process import free_port, spawn, stop
 

@@ -74,8 +74,8 @@ def plan(urls: dict[str, str], model_id: str, tokenizer: Path, in_tokens: int, o
          clients: tuple[int, ...], waves: int, reps: int, prompts_dir: Path) -> list[dict]:
     """Every measurement of one model (urls: arm -> its server's http://host:port), in the order they run:
     repetition, then arm (in the order given, reversed in odd repetitions: workload.repetition_order), then
-    concurrency. Each names its prompts (`dataset`: the JSONL file
-    in prompts_dir, its seed, how many, how long), which the child writes before it runs the measurement."""
+    concurrency. Each names its prompts (`dataset`: the JSONL file in prompts_dir, its seed, how many, how long),
+    which the child writes before it runs the measurement."""
     entries = []
     for rep in range(reps):
         for arm in repetition_order(list(urls), rep):
