@@ -450,9 +450,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.prepare_only:
         log.info("model ready at %s (--prepare-only: not starting the engine)", p.model_path)
         return ExitCode.OK
-    if seeded := modelinfo_cache.seed(modelinfo_cache.engine_cache_root(p.env)):
+    cache_root = modelinfo_cache.engine_cache_root(p.env)
+    seeded, failed = modelinfo_cache.seed(cache_root)
+    if seeded:
         log.info("vLLM's model-info cache: %d file(s) from %s (no inspection in a child process)", len(seeded),
                  modelinfo_cache.SHIPPED)
+    if failed:
+        log.warning("vLLM's model-info cache: could not copy %s into %s (%s); vLLM inspects the model's class in a "
+                    "child process instead", modelinfo_cache.SHIPPED, cache_root / modelinfo_cache.FOLDER, failed)
     log.info("starting engine: %s", command_line(p))
     sys.stdout.flush()
     sys.stderr.flush()

@@ -46,18 +46,21 @@ def build(dest: Path, architectures: tuple[str, ...] = ARCHITECTURES) -> dict[st
             info = _ModelInfo.from_model_cls(model.load_model_cls())
             source = Path(sys.modules[model.module_name].__file__)  # the file whose hash vLLM checks
             model._save_modelinfo_to_cache(info, model._get_modelinfo_module_hash(source))
+            # vLLM writes its files 0600 (a temporary file renamed): the image's non-root user must read them
+            (dest / FOLDER / model._get_cache_filename()).chmod(0o644)
             outcome[arch] = "ok"
         except Exception as e:  # one architecture's import failing leaves the others' files
             outcome[arch] = f"{type(e).__name__}: {e}"[:300]
     return outcome
 
 
-def seed(cache_root: Path, shipped: Path = SHIPPED) -> list[str]:
-    """Copy the shipped model-info files that cache_root/modelinfos lacks; the names copied. A cache folder that
-    cannot be written is left as it is (vLLM then inspects in its child process, as without the files)."""
+def seed(cache_root: Path, shipped: Path = SHIPPED) -> tuple[list[str], str | None]:
+    """Copy the shipped model-info files that cache_root/modelinfos lacks: the names copied, and why the rest could
+    not be (None when nothing failed). The start goes on either way: vLLM inspects in its child process what it
+    finds no file for."""
     source = shipped / FOLDER
     if not source.is_dir():
-        return []
+        return [], None
     target = cache_root / FOLDER
     copied = []
     try:
@@ -66,9 +69,9 @@ def seed(cache_root: Path, shipped: Path = SHIPPED) -> list[str]:
             if not (target / f.name).exists():
                 shutil.copyfile(f, target / f.name)
                 copied.append(f.name)
-    except OSError:
-        return copied
-    return copied
+    except OSError as e:
+        return copied, f"{type(e).__name__}: {e}"
+    return copied, None
 
 
 def engine_cache_root(env: dict[str, str]) -> Path:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -154,6 +155,11 @@ def test_in_container_facts(container):
     assert "model: /opt/lmi/cache/tiny-qwen3-moe (embedded)" in dry.stdout
     assert f"vLLM patches applied to {ib.series_vllm_version()}" in dry.stdout
     assert "env VLLM_TUNED_CONFIG_FOLDER=/opt/lmi/configs" in dry.stdout
+    # vLLM's model-info files, built with the image, were laid into its cache folder at the start
+    log = container.log_path.read_text()
+    assert re.search(r"vLLM's model-info cache: [1-9]\d* file\(s\) from /opt/venv/lmi-modelinfos", log), log[-3000:]
+    infos = container.exec(["ls", "/opt/lmi/cache/vllm/modelinfos"])
+    assert "vllm-model_executor-models-qwen3_moe-Qwen3MoeForCausalLM.json" in infos.stdout.split(), infos
     # The model made at build time was served as is, not remade at start.
     st = container.exec(["stat", "-c", "%Y", "/opt/lmi/cache/tiny-qwen3-moe/model.safetensors"])
     assert st.returncode == 0 and int(st.stdout) < container.started, "the baked tiny model was remade"

@@ -3,6 +3,7 @@ by vLLM itself instead of inspecting the model's class in a child process."""
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -27,9 +28,11 @@ for arch in sys.argv[1:]:
 def test_the_venvs_files_are_read_by_vllm_from_its_cache_folder(tmp_path):
     """make venv built a file for every architecture (the install step a fresh clone runs), and vLLM, given a cache
     folder the launcher's seed filled, answers each from there: it never asks for its child process."""
-    shipped = sorted(p.name for p in (modelinfo_cache.SHIPPED / modelinfo_cache.FOLDER).glob("*.json"))
-    assert len(shipped) == len(modelinfo_cache.ARCHITECTURES), (modelinfo_cache.SHIPPED, shipped)
-    assert modelinfo_cache.seed(tmp_path) == shipped
+    files = sorted((modelinfo_cache.SHIPPED / modelinfo_cache.FOLDER).glob("*.json"))
+    assert len(files) == len(modelinfo_cache.ARCHITECTURES), (modelinfo_cache.SHIPPED, files)
+    # readable by every user (the image serves as a non-root user; vLLM's own writer makes them 0600)
+    assert all(stat.S_IMODE(f.stat().st_mode) & 0o044 == 0o044 for f in files), files
+    assert modelinfo_cache.seed(tmp_path) == ([f.name for f in files], None)
     env = {**os.environ, "VLLM_CACHE_ROOT": str(tmp_path)}
     r = subprocess.run([sys.executable, "-c", INSPECT, *modelinfo_cache.ARCHITECTURES], env=env, capture_output=True,
                        text=True, timeout=300)
@@ -45,14 +48,15 @@ def test_seed_adds_missing_files_and_keeps_the_cache_folders_own(tmp_path):
     root = tmp_path / "cache"
     (root / modelinfo_cache.FOLDER).mkdir(parents=True)
     (root / modelinfo_cache.FOLDER / "a.json").write_text('{"own": 1}')
-    assert modelinfo_cache.seed(root, shipped) == ["b.json"]
+    assert modelinfo_cache.seed(root, shipped) == (["b.json"], None)
     assert (root / modelinfo_cache.FOLDER / "a.json").read_text() == '{"own": 1}'
     assert (root / modelinfo_cache.FOLDER / "b.json").read_text() == '{"shipped": "b.json"}'
-    assert modelinfo_cache.seed(root, shipped) == []  # nothing left to add
+    assert modelinfo_cache.seed(root, shipped) == ([], None)  # nothing left to add
     blocked = tmp_path / "a-file"
     blocked.write_text("")
-    assert modelinfo_cache.seed(blocked / "cache", shipped) == []  # cannot be made: the start goes on without them
-    assert modelinfo_cache.seed(root, tmp_path / "nothing-shipped") == []
+    copied, failed = modelinfo_cache.seed(blocked / "cache", shipped)  # cannot be made: said, and no exception
+    assert copied == [] and failed.startswith(("NotADirectoryError", "FileExistsError")), failed
+    assert modelinfo_cache.seed(root, tmp_path / "nothing-shipped") == ([], None)
 
 
 def test_the_engines_cache_folder_follows_vllms_rule(tmp_path):
