@@ -48,8 +48,8 @@ class Run:
         self.save()
 
     def model(self, m: Model) -> None:
-        """One model: its arms start together (their start times side by side under the same load), are
-        measured, and are stopped before the next model starts. Never all models at once: up to 9 cold starts
+        """One model: its arms start (together, or with --start-alone one at a time: Run.start), are measured,
+        and are stopped before the next model starts. Never all models at once: up to 9 cold starts
         and their JIT builds (FlashInfer's fused_moe_90, DeepGEMM's warm-up) on 16 cores put the load at 60,
         skew every figure, and get the bench itself killed for memory."""
         cfg = self.cfg
@@ -85,15 +85,13 @@ class Run:
         load, as a host serving several models would see it), or with --start-alone one at a time, each ready (or
         failed) before the next starts, so that each start to ready is its own (the run waits their sum)."""
         cfg = self.cfg
-        if cfg.start_alone:
-            for arm in cfg.started_arms(m):
-                group[arm] = start_server(cfg, m, arm, model_dir)
-                wait_ready([group[arm]], cfg.ready_timeout, report=log)
-            return
         for arm in cfg.started_arms(m):
             group[arm] = start_server(cfg, m, arm, model_dir)
-        # two arms at least, or nothing to compare: the others are not waited for once that cannot be
-        wait_ready(list(group.values()), cfg.ready_timeout, report=log, min_ready=min(2, len(group)))
+            if cfg.start_alone:
+                wait_ready([group[arm]], cfg.ready_timeout, report=log)
+        if not cfg.start_alone:
+            # two arms at least, or nothing to compare: the others are not waited for once that cannot be
+            wait_ready(list(group.values()), cfg.ready_timeout, report=log, min_ready=min(2, len(group)))
 
     def measure(self, m: Model, arms: dict[str, Server], model_dir: Path) -> None:
         """One model's warm-up pass per arm, the alternating repetitions, the cross-check, and the profiles."""
