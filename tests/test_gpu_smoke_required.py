@@ -10,18 +10,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _run_smoke(require: str | None) -> subprocess.CompletedProcess:
+def _run_smoke(require: str | None, basetemp: Path) -> subprocess.CompletedProcess:
+    """The GPU smoke suite in a child pytest. Its temporary folder is basetemp: a child given none makes a numbered
+    one beside this session's and deletes the oldest of those (earlier sessions' engine folders, a GiB or more),
+    which took minutes while the engine servers boot."""
     env = {k: v for k, v in os.environ.items() if k != "SMOKE_REQUIRE_GPU"}
     env["CUDA_VISIBLE_DEVICES"] = ""  # no GPU, also on a machine that has one
     if require is not None:
         env["SMOKE_REQUIRE_GPU"] = require
     return subprocess.run([sys.executable, "-m", "pytest", "-m", "gpu", "-p", "no:cacheprovider", "-q", "-rs",
-                           "tests/test_gpu_smoke.py"], cwd=ROOT, env=env, capture_output=True, text=True,
+                           f"--basetemp={basetemp}", "tests/test_gpu_smoke.py"], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=300)
 
 
-def test_required_gpu_run_fails_and_names_what_is_missing():
-    r = _run_smoke("1")
+def test_required_gpu_run_fails_and_names_what_is_missing(tmp_path):
+    r = _run_smoke("1", tmp_path / "child")
     out = r.stdout + r.stderr
     assert r.returncode == 1, out[-3000:]
     assert "SMOKE_REQUIRE_GPU=1 but the GPU stack is not usable" in out, out[-3000:]
@@ -29,8 +32,8 @@ def test_required_gpu_run_fails_and_names_what_is_missing():
     assert " 4 errors" in out or "4 error" in out, out[-3000:]  # every smoke test, none skipped
 
 
-def test_unrequested_gpu_suite_skips_without_gpu():
-    r = _run_smoke(None)
+def test_unrequested_gpu_suite_skips_without_gpu(tmp_path):
+    r = _run_smoke(None, tmp_path / "child")
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-3000:]
     assert "4 skipped" in out and "sees no CUDA GPU" in out, out[-3000:]
