@@ -72,6 +72,30 @@ def test_the_per_tensor_235b_and_sglang_figures_are_the_recorded_run_28():
                 assert figure in goals, (base, clients)
 
 
+def test_the_per_tensor_vllm_034_figures_are_the_recorded_run_30():
+    """The headline's per-tensor 235B TP8 figures against stock vLLM 0.34 (image/vllm-latest, this bench's in bold and
+    vLLM's client's), the goals row's with their ranges and its start and first request, and the index row's, are
+    run 30's."""
+    res = json.loads((ROOT / "bench" / "data" / "h200_tensor_30" / "e2e.json").read_text())
+    headline, goals = PAGE.split("## Goals")[0], PAGE.split("## Goals")[1].split("## What ships")[0]
+    index_row = next(ln for ln in PAGE.splitlines() if ln.startswith("| run 30 |"))
+    model = "qwen3-235b-tp8-tensor@94L"
+    for base in ("stock", "vllm-latest"):
+        for clients in ("1", "8", "32"):
+            ratios = sorted(paired_ratios([res], model, "throughput", "tok_s", clients, base=base))
+            assert len(ratios) == 3 and f"{statistics.median(ratios):.3f}x" in index_row, (base, clients)
+            cross = paired_ratios([res], model, "throughput", "tok_s", clients, base=base, section="cross_check")
+            assert len(cross) == 2
+            if base == "vllm-latest":
+                assert f"**{statistics.median(ratios):.3f}x**" in headline, clients
+                assert f"{statistics.median(cross):.3f}x" in headline, clients
+                assert f"{statistics.median(ratios):.3f} ({ratios[0]:.3f}-{ratios[-1]:.3f})" in goals, clients
+    servers = {arm: res["servers"][f"{model}.{arm}"] for arm in ("image", "vllm-latest")}
+    assert (f"ready after {servers['image']['ready_s']:.1f} against {servers['vllm-latest']['ready_s']:.1f} s, first "
+            f"request {servers['image']['first_ttft_ms']:.1f} against {servers['vllm-latest']['first_ttft_ms']:.1f} ms"
+            in goals)
+
+
 def test_the_aot_compile_figures_are_the_recorded_run_29():
     """The goals row's, the index row's and the aot_compile setting's figures for the image without vLLM's AOT
     compile (image-no-aot-compile/image) are run 29's: how much sooner it was ready, and its tokens/s range."""
