@@ -20,6 +20,14 @@ def test_page_is_short_and_opens_with_the_headline():
     assert sections == ["Headline", "Goals", "What ships and why", "Method and caveats", "Reproduce", "Index of runs"]
 
 
+def tok_s(res: dict, model: str, clients: str, arm: str = "image", base: str = "stock") -> tuple[list, list]:
+    """arm's output tokens/s over base's in a run's JSON, paired per repetition: (this bench's ratios, sorted; vLLM's
+    client's, the cross-check's)."""
+    ratios = sorted(paired_ratios([res], model, "throughput", "tok_s", clients, arm=arm, base=base))
+    return ratios, paired_ratios([res], model, "throughput", "tok_s", clients, arm=arm, base=base,
+                                 section="cross_check")
+
+
 def test_headline_figures_are_the_recorded_run_9():
     res = json.loads((ROOT / "bench" / "data" / "h200_engine_9" / "e2e.json").read_text())
     headline = PAGE.split("## Goals")[0]
@@ -47,9 +55,8 @@ def test_the_235b_ep8_and_sglang_figures_are_the_recorded_run_19():
     model = "qwen3-235b-ep8-block@94L"
     for base in ("stock", "sglang"):
         for clients in ("1", "8", "32"):
-            ratios = paired_ratios([res], model, "throughput", "tok_s", clients, base=base)
+            ratios, cross = tok_s(res, model, clients, base=base)
             assert len(ratios) == 3 and f"**{statistics.median(ratios):.3f}x**" in headline, (base, clients)
-            cross = paired_ratios([res], model, "throughput", "tok_s", clients, base=base, section="cross_check")
             assert len(cross) == 2
             if base == "sglang" or clients == "1":
                 assert f"{statistics.median(cross):.3f}x" in headline, (base, clients)
@@ -63,9 +70,8 @@ def test_the_per_tensor_235b_and_sglang_figures_are_the_recorded_run_28():
     model = "qwen3-235b-tp8-tensor@94L"
     for base in ("stock", "sglang"):
         for clients in ("1", "8", "32"):
-            ratios = sorted(paired_ratios([res], model, "throughput", "tok_s", clients, base=base))
+            ratios, cross = tok_s(res, model, clients, base=base)
             assert len(ratios) == 3 and f"**{statistics.median(ratios):.3f}x**" in headline, (base, clients)
-            cross = paired_ratios([res], model, "throughput", "tok_s", clients, base=base, section="cross_check")
             assert len(cross) == 2 and f"{statistics.median(cross):.3f}x" in headline, (base, clients)
             if base == "sglang":
                 figure = f"{statistics.median(ratios):.3f} ({ratios[0]:.3f}-{ratios[-1]:.3f})"
@@ -82,10 +88,8 @@ def test_the_per_tensor_vllm_034_figures_are_the_recorded_run_30():
     model = "qwen3-235b-tp8-tensor@94L"
     for base in ("stock", "vllm-latest"):
         for clients in ("1", "8", "32"):
-            ratios = sorted(paired_ratios([res], model, "throughput", "tok_s", clients, base=base))
-            assert len(ratios) == 3 and f"{statistics.median(ratios):.3f}x" in index_row, (base, clients)
-            cross = paired_ratios([res], model, "throughput", "tok_s", clients, base=base, section="cross_check")
-            assert len(cross) == 2
+            ratios, cross = tok_s(res, model, clients, base=base)
+            assert len(ratios) == 3 and len(cross) == 2 and f"{statistics.median(ratios):.3f}x" in index_row
             if base == "vllm-latest":
                 assert f"**{statistics.median(ratios):.3f}x**" in headline, clients
                 assert f"{statistics.median(cross):.3f}x" in headline, clients
@@ -124,10 +128,8 @@ def test_the_235b_ep8_gemv_and_vllm_034_figures_are_the_recorded_run_20():
     model = "qwen3-235b-ep8-block@94L"
     for arm, base in (("image-candidates", "stock"), ("image", "vllm-latest")):
         for clients in ("1", "8", "32"):
-            ratios = paired_ratios([res], model, "throughput", "tok_s", clients, arm=arm, base=base)
+            ratios, cross = tok_s(res, model, clients, arm=arm, base=base)
             assert len(ratios) == 3 and f"**{statistics.median(ratios):.3f}x**" in headline, (arm, clients)
-            cross = paired_ratios([res], model, "throughput", "tok_s", clients, arm=arm, base=base,
-                                  section="cross_check")
             assert len(cross) == 2
             if base == "vllm-latest" or clients == "1":
                 assert f"{statistics.median(cross):.3f}x" in headline, (arm, clients)
