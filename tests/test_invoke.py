@@ -34,7 +34,8 @@ PROMPT = "Deep learning is"
 N = 12
 LMI = {"inputs": PROMPT, "parameters": {"max_new_tokens": N, "do_sample": False, "ignore_eos_token": True,
                                        "details": True}, "stream": True}
-SSE = {"prompt": PROMPT, "max_tokens": N, "temperature": 0, "ignore_eos": True, "stream": True}
+SSE = {"prompt": PROMPT, "max_tokens": N, "temperature": 0, "ignore_eos": True, "stream": True,
+       "stream_options": {"include_usage": True}}
 CREDS = dict(aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1")
 
 
@@ -97,9 +98,14 @@ def read(parts: list[bytes], chunk: int = 4096) -> list[dict]:
 def test_records_survive_a_cut_at_every_byte(recorded, kind):
     data = recorded[kind]
     want = whole_records(data)
-    assert len(want) >= N and data.endswith(b"\n")
+    # vLLM hands a reader that lags behind the engine the tokens made meanwhile in one chunk, so N tokens come in N
+    # records or fewer: every token came, in records enough to cut between
+    assert len(want) >= 3 and data.endswith(b"\n")
     if kind == "lmi":  # the server's own promise, so the records are worth comparing
         assert "".join(r["token"]["text"] for r in want) == want[-1]["generated_text"]
+        assert want[-1]["details"]["generated_tokens"] == N
+    else:
+        assert want[-1]["usage"]["completion_tokens"] == N
     for k in range(1, len(data)):
         assert read([data[:k], data[k:]]) == want, f"cut at byte {k}"
     assert read([data[i:i + 1] for i in range(len(data))], chunk=13) == want  # one byte per part
