@@ -11,16 +11,16 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _run_smoke(require: str | None, basetemp: Path) -> subprocess.CompletedProcess:
-    """The GPU smoke suite in a child pytest. Its temporary folder is basetemp: a child given none makes a numbered
-    one beside this session's and deletes the oldest of those (earlier sessions' engine folders, a GiB or more),
-    which took minutes while the engine servers boot."""
+    """The GPU smoke suite in a child pytest, in a temporary folder of its own (basetemp). A child given none makes a
+    numbered folder beside this session's and deletes the oldest of those: earlier sessions' engine folders of a GiB
+    or more, and, after three children, this session's own."""
     env = {k: v for k, v in os.environ.items() if k != "SMOKE_REQUIRE_GPU"}
     env["CUDA_VISIBLE_DEVICES"] = ""  # no GPU, also on a machine that has one
     if require is not None:
         env["SMOKE_REQUIRE_GPU"] = require
     return subprocess.run([sys.executable, "-m", "pytest", "-m", "gpu", "-p", "no:cacheprovider", "-q", "-rs",
-                           f"--basetemp={basetemp}", "tests/test_gpu_smoke.py"], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=300)
+                           f"--basetemp={basetemp}", "tests/test_gpu_smoke.py"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 
 def test_required_gpu_run_fails_and_names_what_is_missing(tmp_path):
