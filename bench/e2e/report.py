@@ -304,7 +304,7 @@ def summarize(results: dict) -> str:
     out += window_table(results)
     out += step_table(results)
     out += autotune_table(results)
-    # --start-alone: each server started after the one before was ready (a run before it started them together)
+    # --start-alone: each server started once the one before was ready; without it they start together
     alone = ", each started alone" if results.get("args", {}).get("start_alone") == "True" else ""
     out += ["", f"| server | start to ready (s){alone}: /ping 200, SGLang /health 200 | first request TTFT (ms) | JIT "
             "warnings | FlashInfer JIT builds | prefix-cache hits (tokens found of looked up, after the repetitions) |",
