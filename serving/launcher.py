@@ -4,8 +4,11 @@
     python -m serving --dry-run      # resolve and print each setting with its source, then the command
     python -m serving --healthcheck  # exit 0 when /ping on the resolved host and port answers 200
 
-The launcher replaces itself with vLLM (os.execvpe), so the engine is the
-container's main process: signals and exit codes reach SageMaker directly.
+The launcher becomes vLLM, so the engine is the container's main process:
+signals and exit codes reach SageMaker directly. It runs vLLM's CLI in its own
+interpreter, which imported vLLM for the settings' check, unless that could
+change what the engine imports (`in_process_blocker`); then it execs the
+command.
 """
 from __future__ import annotations
 
@@ -458,8 +461,64 @@ def main(argv: list[str] | None = None) -> int:
     if failed:
         log.warning("vLLM's model-info cache: could not copy %s into %s (%s); vLLM inspects the model's class in a "
                     "child process instead", modelinfo_cache.SHIPPED, cache_root / modelinfo_cache.FOLDER, failed)
-    log.info("starting engine: %s", command_line(p))
+    return become_engine(p)
+
+
+def in_process_blocker(p: Plan, modules: Mapping[str, object] | None = None) -> str | None:
+    """Why vLLM's CLI cannot run in this process for plan p (None: it can). It can where the plan runs vLLM's
+    CLI under this interpreter, this process imported vLLM's parser for a device, and no folder the engine's
+    Python path adds provides a module already imported from elsewhere (the engine would import the folder's)."""
+    from . import vllm_args
+
+    modules = sys.modules if modules is None else modules
+    if not p.settings.engine_in_process:
+        return "engine_in_process=false"
+    if p.argv[:1 + len(ENGINE_COMMAND)] != [sys.executable, *ENGINE_COMMAND]:
+        return f"the engine command is not `{' '.join(ENGINE_COMMAND)}` under {sys.executable}"
+    if "vllm.entrypoints.launchers.cli_args" not in modules:
+        return "vLLM is not imported here"
+    if vllm_args.parsed_without_device:
+        return "the settings were checked as the CPU platform: vLLM found no device"
+    for folder in p.env.get("PYTHONPATH", "").split(os.pathsep):
+        if not folder or folder in sys.path or not Path(folder).is_dir():
+            continue
+        for name in sorted(top_level_modules(Path(folder))):
+            loaded = getattr(modules.get(name), "__file__", None) or ""
+            if name in modules and not Path(loaded).resolve().is_relative_to(Path(folder).resolve()):
+                return f"{folder} on the engine's path provides {name}, which this process imported from {loaded or 'elsewhere'}"
+    return None
+
+
+def top_level_modules(folder: Path) -> set[str]:
+    """The names `import` finds in folder: modules, packages, namespace folders and extension modules."""
+    names = set()
+    for e in folder.iterdir():
+        if e.is_dir() and e.name.isidentifier():
+            names.add(e.name)
+        elif e.suffix in (".py", ".so", ".pyd") and e.name.split(".")[0].isidentifier():
+            names.add(e.name.split(".")[0])
+    return names
+
+
+def become_engine(p: Plan) -> int:
+    """Become the engine: vLLM's CLI in this process with the plan's environment, path and arguments, or where
+    `in_process_blocker` says why not, os.execvpe of the command."""
+    blocker = in_process_blocker(p)
+    log.info("starting engine (%s): %s", "in this process" if blocker is None else f"exec: {blocker}",
+             command_line(p))
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execvpe(p.argv[0], p.argv, p.env)
-    return ExitCode.OK  # not reached
+    if blocker is not None:
+        os.execvpe(p.argv[0], p.argv, p.env)
+    for name in set(os.environ) - set(p.env):
+        del os.environ[name]
+    os.environ.update(p.env)
+    sys.path[1:1] = [x for x in p.env.get("PYTHONPATH", "").split(os.pathsep) if x and x not in sys.path]
+    sys.argv = ["vllm", *p.argv[len(ENGINE_COMMAND):]]
+    # the root logger as a fresh interpreter has it: vLLM and uvicorn configure their own
+    logging.root.handlers.clear()
+    logging.root.setLevel(logging.WARNING)
+    from vllm.entrypoints.cli.main import main as vllm_main
+
+    vllm_main()
+    return ExitCode.OK

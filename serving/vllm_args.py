@@ -18,6 +18,11 @@ from .settings import SettingValueError, parse_bool
 RESERVED = {"model_tag", "config", "help"}
 
 
+# True once the parser was made as the CPU platform for want of a device: this process's vLLM then
+# cannot run the engine, which needs a fresh interpreter.
+parsed_without_device = False
+
+
 class _ParseError(Exception):
     pass
 
@@ -43,6 +48,8 @@ def _raising_parser():
     import vllm.platforms
     from vllm.platforms.cpu import CpuPlatform
 
+    global parsed_without_device
+    parsed_without_device = True
     vllm.platforms.current_platform = CpuPlatform()
     return make_arg_parser(Parser(description="vLLM OpenAI server", add_help=False))
 

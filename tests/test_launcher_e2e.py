@@ -41,7 +41,8 @@ def test_startup_log_reports_settings_patches_and_command(server):
     assert "no model configured: serving the embedded tiny Qwen3-MoE" in log
     assert "setting port=" in log and "[env OPTION_PORT; vLLM --port]" in log
     assert "vLLM patches applied to 0.32.0:" in log
-    assert "starting engine: " in log and "--middleware serving.lmi.middleware.LMIMiddleware" in log
+    # vLLM's CLI runs in the launcher's process, which imported vLLM to check the settings
+    assert "starting engine (in this process): " in log and "--middleware serving.lmi.middleware.LMIMiddleware" in log
     # `vllm serve`, vLLM's supported entry point: no deprecation warning for the api_server module
     assert " -m vllm.entrypoints.cli.main serve " in log and "vllm.entrypoints.openai.api_server" not in log
 
@@ -121,3 +122,27 @@ def test_planted_secrets_reach_no_dry_run_or_config_error(tmp_path, launcher_mai
     assert "max_model_len" in outs[1]
     text = "\n".join(outs)
     assert not _leaks(text) and "PLANTEDfromPROPERTIES" not in text and "PLANTEDviaSMVLLM" not in text, text
+
+
+def test_the_launcher_execs_where_the_engines_path_would_shadow_what_it_imported(tmp_path):
+    """vLLM's CLI runs in the launcher's process only where the engine would import what the launcher did: a
+    folder on the engine's path holding a module the launcher imported from elsewhere (here the user's code
+    folder with a json.py beside model.py), or the setting off, makes it exec a fresh interpreter instead."""
+    from serving import launcher
+
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "model.py").write_text("")
+    env = {"PATH": "/usr/bin", "HOME": str(tmp_path), "SERVING_MODEL_DIR": str(tmp_path / "none"),
+           "SAGEMAKER_MODEL_PATH": str(code)}
+
+    def blocker(env):
+        p = launcher.plan(env)
+        p.env["PYTHONPATH"] = launcher.engine_python_path([str(code)], {})  # as main() sets it after custom_code
+        return launcher.in_process_blocker(p)
+
+    assert blocker(env) is None
+    (code / "json.py").write_text("")
+    assert f"{code} on the engine's path provides json, which this process imported from " in (blocker(env) or "")
+    (code / "json.py").unlink()
+    assert blocker(env | {"SERVING_ENGINE_IN_PROCESS": "false"}) == "engine_in_process=false"
