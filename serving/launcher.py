@@ -1,6 +1,6 @@
 """Turn the resolved settings into the engine command, report it, and become the engine.
 
-    python -m serving                # resolve, fetch the model if needed, exec `vllm serve` (vLLM's OpenAI server)
+    python -m serving                # resolve, fetch the model if needed, become `vllm serve` (vLLM's OpenAI server)
     python -m serving --dry-run      # resolve and print each setting with its source, then the command
     python -m serving --healthcheck  # exit 0 when /ping on the resolved host and port answers 200
 
