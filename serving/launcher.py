@@ -464,35 +464,41 @@ def main(argv: list[str] | None = None) -> int:
     return become_engine(p)
 
 
-def in_process_blocker(p: Plan, modules: Mapping[str, object] | None = None) -> str | None:
+def in_process_blocker(p: Plan) -> str | None:
     """Why vLLM's CLI cannot run in this process for plan p (None: it can). It can where the plan runs vLLM's
-    CLI under this interpreter, this process imported vLLM's parser for a device, and no folder the engine's
-    Python path adds provides a module already imported from elsewhere (the engine would import the folder's)."""
+    CLI under this interpreter, this process imported vLLM's parser with a device found, and no folder that the
+    engine's Python path adds provides a module already imported from elsewhere (the engine would import the
+    folder's)."""
     from . import vllm_args
 
-    modules = sys.modules if modules is None else modules
     if not p.settings.engine_in_process:
         return "engine_in_process=false"
     if p.argv[:1 + len(ENGINE_COMMAND)] != [sys.executable, *ENGINE_COMMAND]:
         return f"the engine command is not `{' '.join(ENGINE_COMMAND)}` under {sys.executable}"
-    if "vllm.entrypoints.launchers.cli_args" not in modules:
+    if "vllm.entrypoints.launchers.cli_args" not in sys.modules:
         return "vLLM is not imported here"
     if vllm_args.parsed_without_device:
         return "the settings were checked as the CPU platform: vLLM found no device"
     for folder in p.env.get("PYTHONPATH", "").split(os.pathsep):
         if not folder or folder in sys.path or not Path(folder).is_dir():
             continue
-        for name in sorted(top_level_modules(Path(folder))):
-            loaded = getattr(modules.get(name), "__file__", None) or ""
-            if name in modules and not Path(loaded).resolve().is_relative_to(Path(folder).resolve()):
-                return f"{folder} on the engine's path provides {name}, which this process imported from {loaded or 'elsewhere'}"
+        for name in sorted(top_level_modules(Path(folder)) & set(sys.modules)):
+            loaded = getattr(sys.modules[name], "__file__", None) or ""
+            if not (loaded and Path(loaded).resolve().is_relative_to(Path(folder).resolve())):
+                return (f"{folder} on the engine's path provides {name}, which this process imported from "
+                        f"{loaded or 'elsewhere'}")
     return None
 
 
 def top_level_modules(folder: Path) -> set[str]:
-    """The names `import` finds in folder: modules, packages, namespace folders and extension modules."""
+    """The names `import` finds in folder: modules, packages, namespace folders and extension modules (none where
+    the folder cannot be listed)."""
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return set()
     names = set()
-    for e in folder.iterdir():
+    for e in entries:
         if e.is_dir() and e.name.isidentifier():
             names.add(e.name)
         elif e.suffix in (".py", ".so", ".pyd") and e.name.split(".")[0].isidentifier():

@@ -47,6 +47,14 @@ def test_startup_log_reports_settings_patches_and_command(server):
     assert " -m vllm.entrypoints.cli.main serve " in log and "vllm.entrypoints.openai.api_server" not in log
 
 
+def test_the_exec_path_serves_too(adapter_server):
+    """engine_in_process=false: the launcher execs `vllm serve` in a fresh interpreter, which serves."""
+    log = adapter_server.log()
+    assert "starting engine (exec: engine_in_process=false): " in log
+    status, body = post(adapter_server.url + "/invocations", {"inputs": "Hello", "parameters": {"max_new_tokens": 3}})
+    assert status == 200 and isinstance(body["generated_text"], str)
+
+
 def test_startup_log_masks_the_hub_token(server):
     from conftest import PLANTED_SECRET
 
