@@ -516,8 +516,8 @@ def become_engine(p: Plan) -> int:
     sys.stderr.flush()
     if blocker is not None:
         os.execvpe(p.argv[0], p.argv, p.env)
-    for name in set(os.environ) - set(p.env):
-        del os.environ[name]
+    # the plan's environment over this process's, which keeps what importing vLLM set in it (as a fresh
+    # interpreter's import sets it again): its spawned engine processes inherit both
     os.environ.update(p.env)
     sys.path[1:1] = [x for x in p.env.get("PYTHONPATH", "").split(os.pathsep) if x and x not in sys.path]
     sys.argv = ["vllm", *p.argv[len(ENGINE_COMMAND):]]

@@ -47,6 +47,41 @@ def test_startup_log_reports_settings_patches_and_command(server):
     assert " -m vllm.entrypoints.cli.main serve " in log and "vllm.entrypoints.openai.api_server" not in log
 
 
+def test_the_engines_processes_get_the_environment_a_fresh_interpreter_would_give_them(server):
+    """vLLM's CLI in the launcher's process hands its spawned processes what importing vLLM sets in the
+    environment (as the exec'd interpreter's import set it again): LD_LIBRARY_PATH for OpenCV's libraries,
+    PYTORCH_NVML_BASED_CUDA_CHECK and the like, read here from multiprocessing's resource tracker, which vLLM's
+    engine start spawns with the API server's environment."""
+    import os
+    import subprocess
+    import sys
+
+    probe = ("import json, os; before = dict(os.environ); import vllm.entrypoints.launchers.cli_args; "
+             "print(json.dumps({k: v for k, v in os.environ.items() if before.get(k) != v}))")
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, check=True)
+    set_by_import = json.loads(run.stdout.strip().splitlines()[-1])
+    assert set_by_import, "importing vLLM set nothing: this test checks nothing"
+    pgid = server.proc.pid
+    trackers = [p for p in os.listdir("/proc") if p.isdigit() and _in_group(p, pgid)
+                and b"resource_tracker" in _read(f"/proc/{p}/cmdline")]
+    assert trackers, "no resource tracker in the session server's process group"
+    env = dict(e.split("=", 1) for e in _read(f"/proc/{trackers[0]}/environ").decode().split("\0") if "=" in e)
+    assert {k: env.get(k) for k in set_by_import} == set_by_import
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def _in_group(pid: str, pgid: int) -> bool:
+    stat = _read(f"/proc/{pid}/stat").decode()
+    return bool(stat) and int(stat.rsplit(")", 1)[1].split()[2]) == pgid
+
+
 def test_the_exec_path_serves_too(adapter_server):
     """engine_in_process=false: the launcher execs `vllm serve` in a fresh interpreter, which serves."""
     log = adapter_server.log()
