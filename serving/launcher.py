@@ -5,10 +5,10 @@
     python -m serving --healthcheck  # exit 0 when /ping on the resolved host and port answers 200
 
 The launcher becomes vLLM, so the engine is the container's main process:
-signals and exit codes reach SageMaker directly. It runs vLLM's CLI in its own
-interpreter, which imported vLLM for the settings' check, unless that could
-change what the engine imports (`in_process_blocker`); then it execs the
-command.
+signals and exit codes reach SageMaker directly. It execs the command, or with
+engine_in_process runs vLLM's CLI in its own interpreter, which imported vLLM
+for the settings' check, unless that could change what the engine imports
+(`in_process_blocker`).
 """
 from __future__ import annotations
 

@@ -405,12 +405,13 @@ SETTINGS: tuple[Setting, ...] = (
             "applies (PIP_INDEX_URL, PIP_FIND_LINKS, PIP_NO_INDEX), and wheels in a requirements/ folder beside the "
             "file are used, for endpoints without network. A failed install stops the start naming the requirement.",
             parse=parse_bool, default=True, env=("STANDARD_AUTO_INSTALL_REQ",)),
-    Setting("engine_in_process", "Run vLLM's CLI (`vllm serve`) in the launcher's own process, which imported vLLM "
-            "to check the settings with its parser, rather than exec a new interpreter that imports it again: ready "
-            "after 39 against 49 s on the CPU engine (bench/launcher_start.py). The launcher execs anyway where a "
-            "folder on the engine's Python path (the user's code, requirements.txt's packages) provides a module it "
-            "has already imported, or where its parse ran without a device. false: always exec.", parse=parse_bool,
-            default=True, env=("SERVING_ENGINE_IN_PROCESS",)),
+    Setting("engine_in_process", "true: run vLLM's CLI (`vllm serve`) in the launcher's own process, which imported "
+            "vLLM to check the settings with its parser, rather than exec a new interpreter that imports it again: "
+            "ready after 39 against 49 s on the CPU engine (bench/launcher_start.py). The launcher execs anyway where "
+            "a folder on the engine's Python path (the user's code, requirements.txt's packages) provides a module it "
+            "has already imported, or where its parse ran without a device. Off by default: no GPU start has "
+            "measured it yet, and the test suite ran 14-15 against 10 minutes with it on, not yet explained.",
+            parse=parse_bool, default=False, env=("SERVING_ENGINE_IN_PROCESS",)),
     Setting("download_dir", "Where an s3:// model is downloaded (default: a folder under the cache directory).",
             env=("SERVING_DOWNLOAD_DIR",)),
     Setting("model_dir", "The model directory: serving.properties, and the model itself when it holds config.json.",
@@ -552,7 +553,7 @@ class Settings:
     sessions_path: str | None = None
     sessions_expiration: int | None = None
     install_requirements: bool = True
-    engine_in_process: bool = True
+    engine_in_process: bool = False
     download_dir: str | None = None
     # locations (the environment only)
     model_dir: Path = Path("/opt/ml/model")

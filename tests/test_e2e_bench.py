@@ -515,21 +515,21 @@ def test_the_no_aot_compile_arm_is_the_image_with_vllms_aot_compile_off(tmp_path
     assert aot == {"image": "True", models.NO_AOT_COMPILE_ARM: "False"}
 
 
-def test_the_exec_arm_is_the_image_with_the_launcher_execing_vllm(tmp_path, gpu_build):
-    """image-exec: the image's command, environment and engine command, with the launcher execing `vllm serve` in a
-    fresh interpreter where the image runs vLLM's CLI in the launcher's own process."""
+def test_the_in_process_arm_is_the_image_with_vllms_cli_in_the_launchers_process(tmp_path, gpu_build):
+    """image-in-process: the image's command, environment and engine command, with vLLM's CLI run in the launcher's
+    own process where the image execs `vllm serve` in a fresh interpreter."""
     from serving import launcher
     from serving.vllm_args import VllmArgs
 
     m = _model("qwen3-235b-ep8-block")
-    assert models.EXEC_ARM in m.arms and models.EXEC_ARM in models.MEASURED_ARMS
+    assert models.IN_PROCESS_ARM in m.arms and models.IN_PROCESS_ARM in models.MEASURED_ARMS
     cfg = _bench_config(tmp_path)
     plans = {arm: launcher.plan(servers.server_command(cfg, m, arm, tmp_path / "model", 8002)[1]
                                 | {"OPTION_MODEL_ID": "Qwen/Qwen3-0.6B"}, VllmArgs())
-             for arm in ("image", models.EXEC_ARM)}
-    assert plans["image"].argv == plans[models.EXEC_ARM].argv
+             for arm in ("image", models.IN_PROCESS_ARM)}
+    assert plans["image"].argv == plans[models.IN_PROCESS_ARM].argv
     assert {arm: launcher.in_process_blocker(p) for arm, p in plans.items()} == {
-        "image": None, models.EXEC_ARM: "engine_in_process=false"}
+        "image": "engine_in_process=false", models.IN_PROCESS_ARM: None}
 
 
 # A server that answers GET /ping 200 once DELAY seconds have passed since it started (404 before), for the bench's

@@ -41,13 +41,14 @@ def test_startup_log_reports_settings_patches_and_command(server):
     assert "no model configured: serving the embedded tiny Qwen3-MoE" in log
     assert "setting port=" in log and "[env OPTION_PORT; vLLM --port]" in log
     assert "vLLM patches applied to 0.32.0:" in log
-    # vLLM's CLI runs in the launcher's process, which imported vLLM to check the settings
-    assert "starting engine (in this process): " in log and "--middleware serving.lmi.middleware.LMIMiddleware" in log
+    # by default the launcher execs `vllm serve` (engine_in_process is off)
+    assert "starting engine (exec: engine_in_process=false): " in log
+    assert "--middleware serving.lmi.middleware.LMIMiddleware" in log
     # `vllm serve`, vLLM's supported entry point: no deprecation warning for the api_server module
     assert " -m vllm.entrypoints.cli.main serve " in log and "vllm.entrypoints.openai.api_server" not in log
 
 
-def test_the_engines_processes_get_the_environment_a_fresh_interpreter_would_give_them(server):
+def test_the_engines_processes_get_the_environment_a_fresh_interpreter_would_give_them(adapter_server):
     """vLLM's CLI in the launcher's process hands its spawned processes what importing vLLM sets in the
     environment (as the exec'd interpreter's import set it again): LD_LIBRARY_PATH for OpenCV's libraries,
     PYTORCH_NVML_BASED_CUDA_CHECK and the like, read here from multiprocessing's resource tracker, which vLLM's
@@ -56,17 +57,19 @@ def test_the_engines_processes_get_the_environment_a_fresh_interpreter_would_giv
     import subprocess
     import sys
 
-    probe = ("import json, os; before = dict(os.environ); import vllm.entrypoints.launchers.cli_args; "
-             "print(json.dumps({k: v for k, v in os.environ.items() if before.get(k) != v}))")
-    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, check=True)
+    probe = ("import json, os; before = set(os.environ); import vllm.entrypoints.launchers.cli_args; "
+             "print(json.dumps(sorted(set(os.environ) - before)))")
+    fresh = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}  # before any import set more
+    run = subprocess.run([sys.executable, "-c", probe], env=fresh, capture_output=True, text=True, timeout=300,
+                         check=True)
     set_by_import = json.loads(run.stdout.strip().splitlines()[-1])
     assert set_by_import, "importing vLLM set nothing: this test checks nothing"
-    pgid = server.proc.pid
+    pgid = adapter_server.proc.pid
     trackers = [p for p in os.listdir("/proc") if p.isdigit() and _in_group(p, pgid)
                 and b"resource_tracker" in _read(f"/proc/{p}/cmdline")]
-    assert trackers, "no resource tracker in the session server's process group"
+    assert trackers, "no resource tracker in the adapter server's process group"
     env = dict(e.split("=", 1) for e in _read(f"/proc/{trackers[0]}/environ").decode().split("\0") if "=" in e)
-    assert {k: env.get(k) for k in set_by_import} == set_by_import
+    assert sorted(set(set_by_import) - set(env)) == []
 
 
 def _read(path: str) -> bytes:
@@ -82,10 +85,11 @@ def _in_group(pid: str, pgid: int) -> bool:
     return bool(stat) and int(stat.rsplit(")", 1)[1].split()[2]) == pgid
 
 
-def test_the_exec_path_serves_too(adapter_server):
-    """engine_in_process=false: the launcher execs `vllm serve` in a fresh interpreter, which serves."""
+def test_vllms_cli_in_the_launchers_process_serves(adapter_server):
+    """engine_in_process=true: vLLM's CLI runs in the launcher's process, which imported vLLM to check the
+    settings, and serves."""
     log = adapter_server.log()
-    assert "starting engine (exec: engine_in_process=false): " in log
+    assert "starting engine (in this process): " in log
     status, body = post(adapter_server.url + "/invocations", {"inputs": "Hello", "parameters": {"max_new_tokens": 3}})
     assert status == 200 and isinstance(body["generated_text"], str)
 
@@ -168,16 +172,17 @@ def test_planted_secrets_reach_no_dry_run_or_config_error(tmp_path, launcher_mai
 
 
 def test_the_launcher_execs_where_the_engines_path_would_shadow_what_it_imported(tmp_path):
-    """vLLM's CLI runs in the launcher's process only where the engine would import what the launcher did: a
-    folder on the engine's path holding a module the launcher imported from elsewhere (here the user's code
-    folder with a json.py beside model.py), or the setting off, makes it exec a fresh interpreter instead."""
+    """With engine_in_process, vLLM's CLI runs in the launcher's process only where the engine would import what
+    the launcher did: a folder on the engine's path holding a module the launcher imported from elsewhere (here the
+    user's code folder with a json.py beside model.py) makes it exec a fresh interpreter instead; so does the
+    setting's default (off)."""
     from serving import launcher
 
     code = tmp_path / "code"
     code.mkdir()
     (code / "model.py").write_text("")
     env = {"PATH": "/usr/bin", "HOME": str(tmp_path), "SERVING_MODEL_DIR": str(tmp_path / "none"),
-           "SAGEMAKER_MODEL_PATH": str(code)}
+           "SAGEMAKER_MODEL_PATH": str(code), "SERVING_ENGINE_IN_PROCESS": "true"}
 
     def blocker(env):
         p = launcher.plan(env)
@@ -188,4 +193,5 @@ def test_the_launcher_execs_where_the_engines_path_would_shadow_what_it_imported
     (code / "json.py").write_text("")
     assert f"{code} on the engine's path provides json, which this process imported from " in (blocker(env) or "")
     (code / "json.py").unlink()
-    assert blocker(env | {"SERVING_ENGINE_IN_PROCESS": "false"}) == "engine_in_process=false"
+    del env["SERVING_ENGINE_IN_PROCESS"]
+    assert blocker(env) == "engine_in_process=false"
