@@ -407,7 +407,7 @@ SETTINGS: tuple[Setting, ...] = (
             parse=parse_bool, default=True, env=("STANDARD_AUTO_INSTALL_REQ",)),
     Setting("engine_in_process", "true: run vLLM's CLI (`vllm serve`) in the launcher's own process, which imported "
             "vLLM to check the settings with its parser, rather than exec a new interpreter that imports it again: "
-            "ready after 39 against 49 s on the CPU engine (bench/launcher_start.py). The launcher execs anyway where "
+            "ready after 38 against 48 s on the CPU engine (bench/launcher_start.py). The launcher execs anyway where "
             "a folder on the engine's Python path (the user's code, requirements.txt's packages) provides a module it "
             "has already imported, or where its parse ran without a device. Off by default: no GPU start has "
             "measured it yet, and the test suite ran 14-15 against 10 minutes with it on, not yet explained.",
