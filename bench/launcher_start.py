@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         for rep in range(args.reps):
             for arm in list(ARMS) if rep % 2 == 0 else list(reversed(ARMS)):
                 measured = start_and_serve_s(Path(tmp), ARMS[arm], args.timeout, args.requests, args.tokens)
-                for (what, by_arm), seconds in zip(figures.items(), measured):
+                for by_arm, seconds in zip(figures.values(), measured):
                     by_arm[arm].append(seconds)
                 print(f"rep {rep} {arm}: ready after {measured[0]:.1f} s, {args.requests} requests in "
                       f"{measured[1]:.1f} s", flush=True)

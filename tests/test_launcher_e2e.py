@@ -57,6 +57,8 @@ def test_the_engines_processes_get_the_environment_a_fresh_interpreter_would_giv
     import subprocess
     import sys
 
+    import psutil
+
     probe = ("import json, os; before = set(os.environ); import vllm.entrypoints.launchers.cli_args; "
              "print(json.dumps(sorted(set(os.environ) - before)))")
     fresh = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}  # before any import set more
@@ -64,25 +66,10 @@ def test_the_engines_processes_get_the_environment_a_fresh_interpreter_would_giv
                          check=True)
     set_by_import = json.loads(run.stdout.strip().splitlines()[-1])
     assert set_by_import, "importing vLLM set nothing: this test checks nothing"
-    pgid = adapter_server.proc.pid
-    trackers = [p for p in os.listdir("/proc") if p.isdigit() and _in_group(p, pgid)
-                and b"resource_tracker" in _read(f"/proc/{p}/cmdline")]
-    assert trackers, "no resource tracker in the adapter server's process group"
-    env = dict(e.split("=", 1) for e in _read(f"/proc/{trackers[0]}/environ").decode().split("\0") if "=" in e)
-    assert sorted(set(set_by_import) - set(env)) == []
-
-
-def _read(path: str) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError:
-        return b""
-
-
-def _in_group(pid: str, pgid: int) -> bool:
-    stat = _read(f"/proc/{pid}/stat").decode()
-    return bool(stat) and int(stat.rsplit(")", 1)[1].split()[2]) == pgid
+    main = psutil.Process(adapter_server.proc.pid)
+    trackers = [p for p in main.children(recursive=True) if "resource_tracker" in " ".join(p.cmdline())]
+    assert trackers, "no resource tracker among the adapter server's processes"
+    assert sorted(set(set_by_import) - set(trackers[0].environ())) == []
 
 
 def test_vllms_cli_in_the_launchers_process_serves(adapter_server):
