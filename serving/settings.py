@@ -409,8 +409,8 @@ SETTINGS: tuple[Setting, ...] = (
             "vLLM to check the settings with its parser, rather than exec a new interpreter that imports it again: "
             "ready after 38 against 48 s on the CPU engine (bench/launcher_start.py). The launcher execs anyway where "
             "a folder on the engine's Python path (the user's code, requirements.txt's packages) provides a module it "
-            "has already imported, or where its parse ran without a device. Off by default: no GPU start has "
-            "measured it yet, and the test suite ran 14-15 against 10 minutes with it on, not yet explained.",
+            "has already imported, or where its parse ran without a device. Off by default until a GPU start measures "
+            "it (the engine bench's image-in-process arm).",
             parse=parse_bool, default=False, env=("SERVING_ENGINE_IN_PROCESS",)),
     Setting("download_dir", "Where an s3:// model is downloaded (default: a folder under the cache directory).",
             env=("SERVING_DOWNLOAD_DIR",)),
