@@ -1,6 +1,6 @@
 """Patch 0010's small-M files (configs/N=<N>,K=<K>,...,small_m.json) from bench/decode_gemm_bench.py's timings.
 
-    python -m bench.small_m_configs --from bench/data/h200_block_17/decode/decode_gemm.json --out configs --max-tokens 8
+    python -m bench.small_m_configs --from bench/data/h200_block_17/decode/decode_gemm.json --out configs
     python -m bench.small_m_configs --from OUT/decode/decode_gemm.json --out DIR
 
 Per block-FP8 dense shape and token count (up to --max-tokens), the decode GEMM bench's best split-K config where

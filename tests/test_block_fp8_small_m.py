@@ -175,13 +175,24 @@ def _checked_gemv_entries(path: Path) -> dict[int, dict]:
 
 
 def test_the_gemv_candidate_files_are_remade_from_kernel_probe_24b_and_load(tmp_path):
-    """The candidate files the next engine bench gates (bench/data/h200_dense_gemv_probe/candidates): remade byte for
-    byte from kernel probe 24b's records over configs/, each GEMV entry where the probe's GEMV beat its split-K best,
-    and every file accepted by patch 0010's parser and its GEMV check for the file's shape."""
+    """The candidate files run 26 gated (bench/data/h200_dense_gemv_probe/candidates): remade byte for byte from
+    kernel probe 24b's records over configs/ as it then was (the 235B's files up to 8 tokens: run 31 extended them to
+    32), each GEMV entry where the probe's GEMV beat its split-K best, and every file accepted by patch 0010's parser
+    and its GEMV check for the file's shape."""
+    import shutil
+    import subprocess
+    import sys
+
     from bench import dense_gemv_probe as probe
 
+    then = tmp_path / "configs"
+    shutil.copytree(ROOT / "configs", then)
+    r = subprocess.run([sys.executable, "-m", "bench.small_m_configs", "--from",
+                        str(ROOT / "bench" / "data" / "h200_block_17" / "decode" / "decode_gemm.json"), "--out",
+                        str(then), "--max-tokens", "8"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and len(r.stdout.split()) == 2, r.stderr
     records = sorted(GEMV_PROBES.glob("probe_24b_*.json"))
-    made = probe.candidate_files([json.loads(f.read_text()) for f in records], ROOT / "configs", tmp_path)
+    made = probe.candidate_files([json.loads(f.read_text()) for f in records], then, tmp_path / "made")
     recorded = sorted((GEMV_PROBES / "candidates").glob("*.json"))
     assert [p.name for p in made] == [p.name for p in recorded] and len(made) == 3
     for new, old in zip(made, recorded):

@@ -100,6 +100,27 @@ def test_the_per_tensor_vllm_034_figures_are_the_recorded_run_30():
             in goals)
 
 
+def test_the_235b_ep8_sglang_figures_at_32_clients_are_the_recorded_run_31():
+    """The headline's and the goals row's 235B EP8 figures against SGLang at 32 clients (the image with the small-M
+    entries up to 32 tokens, and without them), the entries' own ratio, and the start and first request, are run
+    31's."""
+    res = json.loads((ROOT / "bench" / "data" / "h200_block_31" / "e2e.json").read_text())
+    headline, goals = PAGE.split("## Goals")[0], PAGE.split("## Goals")[1].split("## What ships")[0]
+    model = "qwen3-235b-ep8-block@94L"
+    with_entries, _ = tok_s(res, model, "32", arm="image-candidates", base="sglang")
+    without, _ = tok_s(res, model, "32", arm="image", base="sglang")
+    entries, _ = tok_s(res, model, "32", arm="image-candidates", base="image")
+    assert len(with_entries) == len(without) == len(entries) == 3
+    assert f"**{statistics.median(with_entries):.3f}x**" in headline and f"{statistics.median(without):.3f}x" in headline
+    for ratios in (with_entries, without, entries):
+        assert f"{statistics.median(ratios):.3f} ({ratios[0]:.3f}-{ratios[-1]:.3f})" in goals
+    assert min(with_entries) >= 1.0  # issue 29's goal at 32 clients
+    servers = {arm: res["servers"][f"{model}.{arm}"] for arm in ("image", "sglang")}
+    assert (f"ready after {servers['image']['ready_s']:.1f} against {servers['sglang']['ready_s']:.1f} s, first "
+            f"request {servers['image']['first_ttft_ms']:.1f} against {servers['sglang']['first_ttft_ms']:.1f} ms"
+            in goals)
+
+
 def test_the_aot_compile_figures_are_the_recorded_run_29():
     """The goals row's, the index row's and the aot_compile setting's figures for the image without vLLM's AOT
     compile (image-no-aot-compile/image) are run 29's: how much sooner it was ready, and its tokens/s range."""

@@ -1,6 +1,6 @@
 """bench/small_m_configs.py: the shipped small-M files (patch 0010) are what it makes from the decode GEMM benches of
 runs 17 (the 235B EP8 rank's shapes) and 18 (the Coder EP8 rank's, and DeepSeek-V3's attention GEMMs), with the
-counts the engine bench gated: the Qwen shapes' up to 8 tokens (runs 17 and 23), with the Coder's one-token GEMV
+counts the engine bench gated: the 235B's up to 32 tokens (runs 17 and 31), the Coder's up to 8 (run 23), with the Coder's one-token GEMV
 entries from kernel probe 24b (bench/dense_gemv_probe.py --candidates-from, gated in run 26), and DeepSeek-V3's
 o_proj at TP8 attention as run 18's lease wrote it (gated in run 27; the shard's qkv stands in for MLA, so its file
 does not ship); and it gives the split-K kernel only the token counts where it beat CUTLASS in every repetition."""
@@ -28,7 +28,7 @@ def make(source: Path, out: Path, *args: str) -> list[str]:
 # configs/' small-M files: the decode GEMM bench each came from, its flags, the shapes taken from it, and the dense
 # GEMV probe's shapes whose GEMV entries were then laid over them (bench/dense_gemv_probe.py --candidates-from)
 GEMV_PROBES = sorted((ROOT / "bench" / "data" / "h200_dense_gemv_probe").glob("probe_24b_*.json"))
-SHIPPED = ((RUN_17, ("--max-tokens", "8"), ((1280, 4096), (4096, 1024)), ()),
+SHIPPED = ((RUN_17, (), ((1280, 4096), (4096, 1024)), ()),
            (RUN_18 / "decode" / "decode_gemm.json", ("--max-tokens", "8", "--fused-input-quant", "6144x12288"),
             ((14336, 6144), (6144, 12288)), ("coder-qkv", "coder-o-proj")),
            (RUN_18 / "decode" / "decode_gemm.json", ("--fused-input-quant", "7168x2048"), ((7168, 2048),), ()))
