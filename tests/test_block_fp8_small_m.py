@@ -176,8 +176,8 @@ def _checked_gemv_entries(path: Path) -> dict[int, dict]:
 
 def test_the_gemv_candidate_files_are_remade_from_kernel_probe_24b_and_load(tmp_path):
     """The candidate files run 26 gated (bench/data/h200_dense_gemv_probe/candidates): remade byte for byte from
-    kernel probe 24b's records over configs/ as it then was (the 235B's files up to 8 tokens: run 31 extended them to
-    32), each GEMV entry where the probe's GEMV beat its split-K best, and every file accepted by patch 0010's parser
+    kernel probe 24b's records over the configs/ they were made from (the 235B's files up to 8 tokens, where the
+    shipped ones reach 32), each GEMV entry where the probe's GEMV beat its split-K best, and every file accepted by patch 0010's parser
     and its GEMV check for the file's shape."""
     import shutil
     import subprocess
