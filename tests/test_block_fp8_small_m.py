@@ -177,20 +177,18 @@ def _checked_gemv_entries(path: Path) -> dict[int, dict]:
 def test_the_gemv_candidate_files_are_remade_from_kernel_probe_24b_and_load(tmp_path):
     """The candidate files run 26 gated (bench/data/h200_dense_gemv_probe/candidates): remade byte for byte from
     kernel probe 24b's records over the configs/ they were made from (the 235B's files up to 8 tokens, where the
-    shipped ones reach 32), each GEMV entry where the probe's GEMV beat its split-K best, and every file accepted by patch 0010's parser
-    and its GEMV check for the file's shape."""
+    shipped ones reach 32), each GEMV entry where the probe's GEMV beat its split-K best, and every file accepted by
+    patch 0010's parser and its GEMV check for the file's shape."""
     import shutil
-    import subprocess
-    import sys
 
     from bench import dense_gemv_probe as probe
+    from bench import small_m_configs
 
     then = tmp_path / "configs"
     shutil.copytree(ROOT / "configs", then)
-    r = subprocess.run([sys.executable, "-m", "bench.small_m_configs", "--from",
-                        str(ROOT / "bench" / "data" / "h200_block_17" / "decode" / "decode_gemm.json"), "--out",
-                        str(then), "--max-tokens", "8"], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0 and len(r.stdout.split()) == 2, r.stderr
+    run_17 = json.loads((ROOT / "bench" / "data" / "h200_block_17" / "decode" / "decode_gemm.json").read_text())
+    up_to_8 = small_m_configs.from_decode_gemm(run_17, max_tokens=8)
+    assert len(small_m_configs.write(up_to_8, then, run_17["triton"], run_17["device"])) == 2
     records = sorted(GEMV_PROBES.glob("probe_24b_*.json"))
     made = probe.candidate_files([json.loads(f.read_text()) for f in records], then, tmp_path / "made")
     recorded = sorted((GEMV_PROBES / "candidates").glob("*.json"))

@@ -1,9 +1,9 @@
 """bench/small_m_configs.py: the shipped small-M files (patch 0010) are what it makes from the decode GEMM benches of
-runs 17 (the 235B EP8 rank's shapes) and 18 (the Coder EP8 rank's, and DeepSeek-V3's attention GEMMs), with the
-counts the engine bench gated: the 235B's up to 32 tokens (runs 17 and 31), the Coder's up to 8 (run 23) with its
-one-token GEMV entries from kernel probe 24b (bench/dense_gemv_probe.py --candidates-from, gated in run 26), and DeepSeek-V3's
-o_proj at TP8 attention as run 18's lease wrote it (gated in run 27; the shard's qkv stands in for MLA, so its file
-does not ship); and it gives the split-K kernel only the token counts where it beat CUTLASS in every repetition."""
+runs 17 (the 235B EP8 rank's shapes) and 18 (the Coder EP8 rank's, and DeepSeek-V3's attention GEMMs), with the counts
+the engine bench gated: the 235B's up to 32 tokens (runs 17 and 31), the Coder's up to 8 (run 23) with its one-token
+GEMV entries from kernel probe 24b (bench/dense_gemv_probe.py --candidates-from, gated in run 26), and DeepSeek-V3's
+o_proj at TP8 attention as run 18's lease wrote it (gated in run 27; the shard's qkv stands in for MLA, so its file does
+not ship); and it gives the split-K kernel only the token counts where it beat CUTLASS in every repetition."""
 from __future__ import annotations
 
 import json
