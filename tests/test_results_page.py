@@ -12,6 +12,8 @@ from bench.e2e.report import paired_ratios, summarize
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = (ROOT / "bench" / "RESULTS.md").read_text()
 ARCHIVE = (ROOT / "bench" / "RESULTS-archive.md").read_text()
+HEADLINE = PAGE.split("## Goals")[0]
+GOALS = PAGE.split("## Goals")[1].split("## What ships")[0]
 
 
 def test_page_is_short_and_opens_with_the_headline():
@@ -30,52 +32,48 @@ def tok_s(res: dict, model: str, clients: str, arm: str = "image", base: str = "
 
 def test_headline_figures_are_the_recorded_run_9():
     res = json.loads((ROOT / "bench" / "data" / "h200_engine_9" / "e2e.json").read_text())
-    headline = PAGE.split("## Goals")[0]
     for model in ("qwen3-235b-tp8-tensor@94L", "qwen3-coder-480b-tp8-tensor@40L"):
         for clients in ("1", "8"):
             ratios = paired_ratios([res], model, "throughput", "tok_s", clients)
-            assert f"{statistics.median(ratios):.3f}x" in headline, (model, clients)
+            assert f"{statistics.median(ratios):.3f}x" in HEADLINE, (model, clients)
         one = paired_ratios([res], model, "throughput", "tok_s", "1")
         assert 1.192 <= round(min(one), 3) and round(max(one), 3) <= 1.208  # "every paired ratio within 1.192-1.208"
 
 
 def test_the_coder_ep8_figures_are_the_recorded_run_18():
     res = json.loads((ROOT / "bench" / "data" / "h200_block_18" / "e2e.json").read_text())
-    headline = PAGE.split("## Goals")[0]
     for clients in ("1", "8", "32"):
         ratios = paired_ratios([res], "qwen3-coder-480b-ep8-block@36L", "throughput", "tok_s", clients)
-        assert len(ratios) == 4 and f"**{statistics.median(ratios):.3f}x**" in headline, clients
+        assert len(ratios) == 4 and f"**{statistics.median(ratios):.3f}x**" in HEADLINE, clients
 
 
 def test_the_235b_ep8_and_sglang_figures_are_the_recorded_run_19():
     """The headline's 235B EP8 figures (image/stock) and its SGLang figures (image/sglang, each repetition's image
     figure over SGLang's of the same repetition), from both clients, are run 19's."""
     res = json.loads((ROOT / "bench" / "data" / "h200_block_19" / "e2e.json").read_text())
-    headline = PAGE.split("## Goals")[0]
     model = "qwen3-235b-ep8-block@94L"
     for base in ("stock", "sglang"):
         for clients in ("1", "8", "32"):
             ratios, cross = tok_s(res, model, clients, base=base)
-            assert len(ratios) == 3 and f"**{statistics.median(ratios):.3f}x**" in headline, (base, clients)
+            assert len(ratios) == 3 and f"**{statistics.median(ratios):.3f}x**" in HEADLINE, (base, clients)
             assert len(cross) == 2
             if base == "sglang" or clients == "1":
-                assert f"{statistics.median(cross):.3f}x" in headline, (base, clients)
+                assert f"{statistics.median(cross):.3f}x" in HEADLINE, (base, clients)
 
 
 def test_the_per_tensor_235b_and_sglang_figures_are_the_recorded_run_28():
     """The headline's per-tensor 235B TP8 figures (image/stock) and its SGLang figures (image/sglang), this bench's
     medians in bold with vLLM's client's beside them, and the goals row's medians with their ranges, are run 28's."""
     res = json.loads((ROOT / "bench" / "data" / "h200_tensor_28" / "e2e.json").read_text())
-    headline, goals = PAGE.split("## Goals")[0], PAGE.split("## Goals")[1].split("## What ships")[0]
     model = "qwen3-235b-tp8-tensor@94L"
     for base in ("stock", "sglang"):
         for clients in ("1", "8", "32"):
             ratios, cross = tok_s(res, model, clients, base=base)
-            assert len(ratios) == 3 and f"**{statistics.median(ratios):.3f}x**" in headline, (base, clients)
-            assert len(cross) == 2 and f"{statistics.median(cross):.3f}x" in headline, (base, clients)
+            assert len(ratios) == 3 and f"**{statistics.median(ratios):.3f}x**" in HEADLINE, (base, clients)
+            assert len(cross) == 2 and f"{statistics.median(cross):.3f}x" in HEADLINE, (base, clients)
             if base == "sglang":
                 figure = f"{statistics.median(ratios):.3f} ({ratios[0]:.3f}-{ratios[-1]:.3f})"
-                assert figure in goals, (base, clients)
+                assert figure in GOALS, (base, clients)
 
 
 def test_the_per_tensor_vllm_034_figures_are_the_recorded_run_30():
@@ -83,7 +81,6 @@ def test_the_per_tensor_vllm_034_figures_are_the_recorded_run_30():
     vLLM's client's), the goals row's with their ranges and its start and first request, and the index row's, are
     run 30's."""
     res = json.loads((ROOT / "bench" / "data" / "h200_tensor_30" / "e2e.json").read_text())
-    headline, goals = PAGE.split("## Goals")[0], PAGE.split("## Goals")[1].split("## What ships")[0]
     index_row = next(ln for ln in PAGE.splitlines() if ln.startswith("| run 30 |"))
     model = "qwen3-235b-tp8-tensor@94L"
     for base in ("stock", "vllm-latest"):
@@ -91,13 +88,13 @@ def test_the_per_tensor_vllm_034_figures_are_the_recorded_run_30():
             ratios, cross = tok_s(res, model, clients, base=base)
             assert len(ratios) == 3 and len(cross) == 2 and f"{statistics.median(ratios):.3f}x" in index_row
             if base == "vllm-latest":
-                assert f"**{statistics.median(ratios):.3f}x**" in headline, clients
-                assert f"{statistics.median(cross):.3f}x" in headline, clients
-                assert f"{statistics.median(ratios):.3f} ({ratios[0]:.3f}-{ratios[-1]:.3f})" in goals, clients
+                assert f"**{statistics.median(ratios):.3f}x**" in HEADLINE, clients
+                assert f"{statistics.median(cross):.3f}x" in HEADLINE, clients
+                assert f"{statistics.median(ratios):.3f} ({ratios[0]:.3f}-{ratios[-1]:.3f})" in GOALS, clients
     servers = {arm: res["servers"][f"{model}.{arm}"] for arm in ("image", "vllm-latest")}
     assert (f"ready after {servers['image']['ready_s']:.1f} against {servers['vllm-latest']['ready_s']:.1f} s, first "
             f"request {servers['image']['first_ttft_ms']:.1f} against {servers['vllm-latest']['first_ttft_ms']:.1f} ms"
-            in goals)
+            in GOALS)
 
 
 def test_the_235b_ep8_sglang_figures_at_32_clients_are_the_recorded_run_31():
@@ -105,20 +102,20 @@ def test_the_235b_ep8_sglang_figures_at_32_clients_are_the_recorded_run_31():
     entries up to 32 tokens, and without them), the entries' own ratio, and the start and first request, are run
     31's."""
     res = json.loads((ROOT / "bench" / "data" / "h200_block_31" / "e2e.json").read_text())
-    headline, goals = PAGE.split("## Goals")[0], PAGE.split("## Goals")[1].split("## What ships")[0]
     model = "qwen3-235b-ep8-block@94L"
     with_entries, _ = tok_s(res, model, "32", arm="image-candidates", base="sglang")
     without, _ = tok_s(res, model, "32", arm="image", base="sglang")
     entries, _ = tok_s(res, model, "32", arm="image-candidates", base="image")
     assert len(with_entries) == len(without) == len(entries) == 3
-    assert f"**{statistics.median(with_entries):.3f}x**" in headline and f"{statistics.median(without):.3f}x" in headline
+    assert f"**{statistics.median(with_entries):.3f}x**" in HEADLINE
+    assert f"{statistics.median(without):.3f}x" in HEADLINE
     for ratios in (with_entries, without, entries):
-        assert f"{statistics.median(ratios):.3f} ({ratios[0]:.3f}-{ratios[-1]:.3f})" in goals
+        assert f"{statistics.median(ratios):.3f} ({ratios[0]:.3f}-{ratios[-1]:.3f})" in GOALS
     assert min(with_entries) >= 1.0  # issue 29's goal at 32 clients
     servers = {arm: res["servers"][f"{model}.{arm}"] for arm in ("image", "sglang")}
     assert (f"ready after {servers['image']['ready_s']:.1f} against {servers['sglang']['ready_s']:.1f} s, first "
             f"request {servers['image']['first_ttft_ms']:.1f} against {servers['sglang']['first_ttft_ms']:.1f} ms"
-            in goals)
+            in GOALS)
 
 
 def test_the_aot_compile_figures_are_the_recorded_run_29():
@@ -133,9 +130,8 @@ def test_the_aot_compile_figures_are_the_recorded_run_29():
     medians = [statistics.median(paired_ratios([res], model, "throughput", "tok_s", c, arm="image-no-aot-compile",
                                                base="image")) for c in ("1", "8", "32")]
     tok_s = f"{min(medians):.3f}-{max(medians):.3f}x the tokens/s"
-    goals = PAGE.split("## Goals")[1].split("## What ships")[0]
     index_row = next(ln for ln in PAGE.splitlines() if ln.startswith("| run 29 |"))
-    assert sooner in goals and sooner in index_row and tok_s in index_row
+    assert sooner in GOALS and sooner in index_row and tok_s in index_row
     help_text = TABLE["aot_compile"].help
     assert f"ready after {ready['image-no-aot-compile']:.0f} against {ready['image']:.0f} s" in help_text
     assert tok_s in help_text
@@ -145,15 +141,14 @@ def test_the_235b_ep8_gemv_and_vllm_034_figures_are_the_recorded_run_20():
     """The headline's 235B EP8 figures with patch 0011's entries (image-candidates/stock) and its stock vLLM 0.34
     figures (image/vllm-latest), from both clients, are run 20's."""
     res = json.loads((ROOT / "bench" / "data" / "h200_block_20" / "e2e.json").read_text())
-    headline = PAGE.split("## Goals")[0]
     model = "qwen3-235b-ep8-block@94L"
     for arm, base in (("image-candidates", "stock"), ("image", "vllm-latest")):
         for clients in ("1", "8", "32"):
             ratios, cross = tok_s(res, model, clients, arm=arm, base=base)
-            assert len(ratios) == 3 and f"**{statistics.median(ratios):.3f}x**" in headline, (arm, clients)
+            assert len(ratios) == 3 and f"**{statistics.median(ratios):.3f}x**" in HEADLINE, (arm, clients)
             assert len(cross) == 2
             if base == "vllm-latest" or clients == "1":
-                assert f"{statistics.median(cross):.3f}x" in headline, (arm, clients)
+                assert f"{statistics.median(cross):.3f}x" in HEADLINE, (arm, clients)
 
 
 def archived(run: str) -> str:
@@ -191,21 +186,20 @@ def test_the_coder_ep8_small_m_and_norm_quant_figures_are_the_recorded_run_23():
     both clients), and option.norm_quant compiled over vLLM's fused kernel (image-compiled-norm-quant/image, at one
     client in the first bench and at 8 and 32 in the third), are run 23's."""
     data = ROOT / "bench" / "data" / "h200_block_23"
-    headline = PAGE.split("## Goals")[0]
     model = "qwen3-coder-480b-ep8-block@36L"
     res = json.loads((data / "e2e.json").read_text())
     for clients in ("1", "8", "32"):
         ratios = paired_ratios([res], model, "throughput", "tok_s", clients, arm="image-candidates")
-        assert len(ratios) == 3 and f"**{statistics.median(ratios):.3f}x**" in headline, clients
+        assert len(ratios) == 3 and f"**{statistics.median(ratios):.3f}x**" in HEADLINE, clients
         cross = paired_ratios([res], model, "throughput", "tok_s", clients, arm="image-candidates",
                               section="cross_check")
-        assert len(cross) == 2 and f"{statistics.median(cross):.3f}x" in headline, clients
+        assert len(cross) == 2 and f"{statistics.median(cross):.3f}x" in HEADLINE, clients
     for name, counts in (("e2e-norm-quant.json", ("1",)), ("e2e-norm-quant-8-32.json", ("8", "32"))):
         res = json.loads((data / name).read_text())
         for clients in counts:
             ratios = paired_ratios([res], model, "throughput", "tok_s", clients, arm="image-compiled-norm-quant",
                                    base="image")
-            assert len(ratios) == 3 and f"**{statistics.median(ratios):.3f}x**" in headline, (name, clients)
+            assert len(ratios) == 3 and f"**{statistics.median(ratios):.3f}x**" in HEADLINE, (name, clients)
 
 
 def test_the_coder_ep8_no_nvcc_and_compile_sizes_figures_are_the_recorded_run_24():
@@ -213,10 +207,9 @@ def test_the_coder_ep8_no_nvcc_and_compile_sizes_figures_are_the_recorded_run_24
     latencies behind compile_decode_tokens staying off are run 24's."""
     data = ROOT / "bench" / "data" / "h200_block_24"
     model = "qwen3-coder-480b-ep8-block@36L"
-    headline = PAGE.split("## Goals")[0]
     res = json.loads((data / "e2e-no-nvcc.json").read_text())
     ratios = paired_ratios([res], model, "throughput", "tok_s", "1", arm="image-no-nvcc", base="image")
-    assert len(ratios) == 3 and f"**{statistics.median(ratios):.3f}x**" in headline
+    assert len(ratios) == 3 and f"**{statistics.median(ratios):.3f}x**" in HEADLINE
     compiled = json.loads((data / "e2e-compile-sizes.json").read_text())
     itl = {arm: statistics.median(r["latency"]["1"]["itl_p50_ms"] for r in recorded["reps"][arm])
            for recorded, arm in ((res["models"][model], "image-no-nvcc"),
@@ -255,16 +248,15 @@ def test_the_coder_ep8_gemv_file_figures_are_run_26s_two_machines():
             reps.setdefault(rep, {})[arm] = [int(v) for v in tok_s]
         pairs += [r for r in reps.values() if len(r) == 2]
     assert len(pairs) == 4
-    headline, goals = PAGE.split("## Goals")[0], PAGE.split("## Goals")[1].split("## What ships")[0]
     readme_row = next(ln for ln in (ROOT / "README.md").read_text().splitlines() if "Qwen3-Coder-480B EP8" in ln)
     medians = []
     for i in range(3):
         ratios = sorted(p["image-candidates"][i] / p["stock"][i] for p in pairs)
         medians.append(f"{statistics.median(ratios):.3f}")
-        assert f"{medians[-1]} ({ratios[0]:.3f}-{ratios[-1]:.3f}" in goals, i
+        assert f"{medians[-1]} ({ratios[0]:.3f}-{ratios[-1]:.3f}" in GOALS, i
         if i == 0:
-            assert ratios[0] >= 1.20 and f"{ratios[0]:.3f}-{ratios[-1]:.3f} at 1 client" in headline
-    assert "**{}x**, **{}x**, **{}x**".format(*medians) in headline
+            assert ratios[0] >= 1.20 and f"{ratios[0]:.3f}-{ratios[-1]:.3f} at 1 client" in HEADLINE
+    assert "**{}x**, **{}x**, **{}x**".format(*medians) in HEADLINE
     assert "{}x, {}x and {}x stock at 1, 8 and 32 clients".format(*medians) in readme_row
     res = json.loads((data / "e2e.json").read_text())
     model = "qwen3-coder-480b-ep8-block@36L"
