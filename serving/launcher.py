@@ -5,10 +5,10 @@
     python -m serving --healthcheck  # exit 0 when /ping on the resolved host and port answers 200
 
 The launcher becomes vLLM, so the engine is the container's main process:
-signals and exit codes reach SageMaker directly. It execs the command, or with
-engine_in_process runs vLLM's CLI in its own interpreter, which imported vLLM
-for the settings' check, unless that could change what the engine imports
-(`in_process_blocker`).
+signals and exit codes reach SageMaker directly. It runs vLLM's CLI in its own
+interpreter, which imported vLLM for the settings' check (engine_in_process, on
+by default), or execs the command where that could change what the engine
+imports or the setting is false (`in_process_blocker`).
 """
 from __future__ import annotations
 
@@ -297,6 +297,11 @@ def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
         if r.setting is not None and r.setting.engine_env:
             v = r.value
             engine_env[r.setting.engine_env] = ("1" if v else "0") if isinstance(v, bool) else str(v)
+    if s.disable_compile_cache and s.aot_compile is None:
+        # vLLM turns its AOT compile off by default where its compile cache is off; the AOT-compiled model runs
+        # faster at one client (runs 29 and 32), so it stays as vLLM has it with the cache on
+        from vllm.utils.torch_utils import is_torch_equal_or_newer
+        engine_env["VLLM_USE_AOT_COMPILE"] = "1" if is_torch_equal_or_newer("2.10.0") else "0"
     if s.configs_dir.is_dir() and "VLLM_TUNED_CONFIG_FOLDER" not in env:
         engine_env["VLLM_TUNED_CONFIG_FOLDER"] = str(s.configs_dir)
     folder = custom_code.code_folder(s.custom_code_dir, kind, model_path, s.model_dir)

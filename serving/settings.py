@@ -296,6 +296,14 @@ SETTINGS: tuple[Setting, ...] = (
             "ready after 283 against 301 s, at 0.996-1.014x the tokens/s, but its one-client ITL p90 and p99 were "
             "higher (6.4-7.1 against 5.9-6.0 ms, 8.3-9.5 against 6.3-8.3): bench/RESULTS-archive.md, run 29.",
             parse=parse_bool, env=("VLLM_USE_AOT_COMPILE",), engine_env="VLLM_USE_AOT_COMPILE"),
+    Setting("disable_compile_cache", "true: vLLM's torch.compile writes nothing to its cache under VLLM_CACHE_ROOT "
+            "(VLLM_DISABLE_COMPILE_CACHE=1) and reads nothing from it: the model runs as compiled without also being "
+            "serialized for a later start, which a container whose cache does not survive restarts never reads. The "
+            "AOT compile stays as with the cache on unless aot_compile says otherwise (vLLM alone would turn it off). "
+            "Writing the AOT artifacts took 16-17 of the 72 s of torch.compile on the per-tensor Qwen3-235B TP8 shard "
+            "at 94 layers (an H100, bench/RESULTS-archive.md, run 32). Unset: vLLM's default (the cache on), until a "
+            "GPU start measures it (the engine bench's image-no-compile-cache arm).",
+            parse=parse_bool, env=("VLLM_DISABLE_COMPILE_CACHE",), engine_env="VLLM_DISABLE_COMPILE_CACHE"),
     Setting("port", "HTTP port.", parse=parse_positive_int, default=8080, flag="--port", env=("SAGEMAKER_BIND_TO_PORT",)),
     Setting("host", "Address to listen on.", default="0.0.0.0", flag="--host"),
     Setting("max_request_bytes", "Largest request body /invocations accepts (413 beyond it); SageMaker's real-time "
@@ -407,11 +415,12 @@ SETTINGS: tuple[Setting, ...] = (
             parse=parse_bool, default=True, env=("STANDARD_AUTO_INSTALL_REQ",)),
     Setting("engine_in_process", "true: run vLLM's CLI (`vllm serve`) in the launcher's own process, which imported "
             "vLLM to check the settings with its parser, rather than exec a new interpreter that imports it again: "
-            "ready after 38 against 48 s on the CPU engine (bench/launcher_start.py). The launcher execs anyway where "
-            "a folder on the engine's Python path (the user's code, requirements.txt's packages) provides a module it "
-            "has already imported, or where its parse ran without a device. Off by default until a GPU start measures "
-            "it (the engine bench's image-in-process arm).",
-            parse=parse_bool, default=False, env=("SERVING_ENGINE_IN_PROCESS",)),
+            "the per-tensor Qwen3-235B TP8 shard at 94 layers was ready after 154 against 164 s (an H100, each "
+            "server started alone, at 0.998x the one-client tokens/s: bench/RESULTS-archive.md, run 32), the CPU "
+            "engine after 38 against 48 s (bench/launcher_start.py). The launcher execs anyway where a folder on the "
+            "engine's Python path (the user's code, requirements.txt's packages) provides a module it has already "
+            "imported, or where its parse ran without a device. false: always exec.",
+            parse=parse_bool, default=True, env=("SERVING_ENGINE_IN_PROCESS",)),
     Setting("download_dir", "Where an s3:// model is downloaded (default: a folder under the cache directory).",
             env=("SERVING_DOWNLOAD_DIR",)),
     Setting("model_dir", "The model directory: serving.properties, and the model itself when it holds config.json.",
@@ -512,6 +521,7 @@ class Settings:
     compile_decode_tokens: int = 0
     flashinfer_sampler: bool = False
     aot_compile: bool | None = None
+    disable_compile_cache: bool | None = None
     port: int = 8080
     host: str = "0.0.0.0"
     max_request_bytes: int = 6 * 1024 * 1024
@@ -553,7 +563,7 @@ class Settings:
     sessions_path: str | None = None
     sessions_expiration: int | None = None
     install_requirements: bool = True
-    engine_in_process: bool = False
+    engine_in_process: bool = True
     download_dir: str | None = None
     # locations (the environment only)
     model_dir: Path = Path("/opt/ml/model")

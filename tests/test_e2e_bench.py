@@ -491,45 +491,46 @@ def test_the_no_nvcc_arm_is_the_image_as_its_container_runs_it(tmp_path, monkeyp
     assert str(cuda / "bin") in envs["stock"]["PATH"].split(os.pathsep) and envs["stock"]["CUDA_HOME"] == str(cuda)
 
 
-def test_the_no_aot_compile_arm_is_the_image_with_vllms_aot_compile_off(tmp_path, gpu_build):
-    """image-no-aot-compile: the image's command, and in the environment its launcher hands vLLM,
-    VLLM_USE_AOT_COMPILE=0, which vLLM's own envs read as off where the image leaves vLLM's default (on with the
-    image's torch); stock-debug's variable comes from the bench's environment table."""
+def test_the_compile_arms_are_the_image_with_vllms_aot_compile_or_compile_cache_off(tmp_path, gpu_build):
+    """image-no-aot-compile and image-no-compile-cache: the image's command, and in the environment its launcher hands
+    vLLM, VLLM_USE_AOT_COMPILE=0 or VLLM_DISABLE_COMPILE_CACHE=1, which vLLM's own envs read as the AOT compile off or
+    the cache off, where the image leaves vLLM's defaults (the AOT compile on with the image's torch, the cache on);
+    stock-debug's variable comes from the bench's environment table."""
     from serving import launcher
     from serving.vllm_args import VllmArgs
 
     m = _model("qwen3-235b-tp8-tensor")
-    assert models.NO_AOT_COMPILE_ARM in m.arms and models.NO_AOT_COMPILE_ARM in models.MEASURED_ARMS
+    arms = ("image", models.NO_AOT_COMPILE_ARM, models.NO_COMPILE_CACHE_ARM)
+    assert all(arm in m.arms and arm in models.MEASURED_ARMS for arm in arms)
     cfg = _bench_config(tmp_path)
-    envs = {arm: servers.server_command(cfg, m, arm, tmp_path / "model", 8002)[1]
-            for arm in ("image", models.NO_AOT_COMPILE_ARM, "stock-debug")}
-    plans = {arm: launcher.plan(envs[arm] | {"OPTION_MODEL_ID": "Qwen/Qwen3-0.6B"}, VllmArgs())
-             for arm in ("image", models.NO_AOT_COMPILE_ARM)}
-    assert plans["image"].argv == plans[models.NO_AOT_COMPILE_ARM].argv
-    assert "VLLM_USE_AOT_COMPILE" not in plans["image"].env
+    envs = {arm: servers.server_command(cfg, m, arm, tmp_path / "model", 8002)[1] for arm in (*arms, "stock-debug")}
+    plans = {arm: launcher.plan(envs[arm] | {"OPTION_MODEL_ID": "Qwen/Qwen3-0.6B"}, VllmArgs()) for arm in arms}
+    assert plans["image"].argv == plans[models.NO_AOT_COMPILE_ARM].argv == plans[models.NO_COMPILE_CACHE_ARM].argv
+    assert {"VLLM_USE_AOT_COMPILE", "VLLM_DISABLE_COMPILE_CACHE"}.isdisjoint(plans["image"].env)
     assert envs["stock-debug"]["VLLM_LOGGING_LEVEL"] == "DEBUG"
-    read = "import vllm.envs as e; print(e.VLLM_USE_AOT_COMPILE)"
-    aot = {arm: subprocess.run([sys.executable, "-c", read], env=plans[arm].env, capture_output=True, text=True,
-                               check=True, timeout=120).stdout.split()[-1]
-           for arm in plans}
-    assert aot == {"image": "True", models.NO_AOT_COMPILE_ARM: "False"}
+    read = "import vllm.envs as e; print(e.VLLM_USE_AOT_COMPILE, e.VLLM_DISABLE_COMPILE_CACHE)"
+    seen = {arm: subprocess.run([sys.executable, "-c", read], env=plans[arm].env, capture_output=True, text=True,
+                                check=True, timeout=120).stdout.splitlines()[-1]
+            for arm in plans}
+    assert seen == {"image": "True False", models.NO_AOT_COMPILE_ARM: "False False",
+                    models.NO_COMPILE_CACHE_ARM: "True True"}
 
 
-def test_the_in_process_arm_is_the_image_with_vllms_cli_in_the_launchers_process(tmp_path, gpu_build):
-    """image-in-process: the image's command, environment and engine command, with vLLM's CLI run in the launcher's
-    own process where the image execs `vllm serve` in a fresh interpreter."""
+def test_the_exec_arm_is_the_image_with_a_fresh_interpreter_for_vllms_cli(tmp_path, gpu_build):
+    """image-exec: the image's command, environment and engine command, with `vllm serve` exec'd in a fresh
+    interpreter where the image runs vLLM's CLI in the launcher's own process (engine_in_process, its default)."""
     from serving import launcher
     from serving.vllm_args import VllmArgs
 
     m = _model("qwen3-235b-ep8-block")
-    assert models.IN_PROCESS_ARM in m.arms and models.IN_PROCESS_ARM in models.MEASURED_ARMS
+    assert models.EXEC_ARM in m.arms and models.EXEC_ARM in models.MEASURED_ARMS
     cfg = _bench_config(tmp_path)
     plans = {arm: launcher.plan(servers.server_command(cfg, m, arm, tmp_path / "model", 8002)[1]
                                 | {"OPTION_MODEL_ID": "Qwen/Qwen3-0.6B"}, VllmArgs())
-             for arm in ("image", models.IN_PROCESS_ARM)}
-    assert plans["image"].argv == plans[models.IN_PROCESS_ARM].argv
+             for arm in ("image", models.EXEC_ARM)}
+    assert plans["image"].argv == plans[models.EXEC_ARM].argv
     assert {arm: launcher.in_process_blocker(p) for arm, p in plans.items()} == {
-        "image": "engine_in_process=false", models.IN_PROCESS_ARM: None}
+        "image": None, models.EXEC_ARM: "engine_in_process=false"}
 
 
 # A server that answers GET /ping 200 once DELAY seconds have passed since it started (404 before), for the bench's

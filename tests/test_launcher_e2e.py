@@ -41,14 +41,14 @@ def test_startup_log_reports_settings_patches_and_command(server):
     assert "no model configured: serving the embedded tiny Qwen3-MoE" in log
     assert "setting port=" in log and "[env OPTION_PORT; vLLM --port]" in log
     assert "vLLM patches applied to 0.32.0:" in log
-    # by default the launcher execs `vllm serve` (engine_in_process is off)
-    assert "starting engine (exec: engine_in_process=false): " in log
+    # by default vLLM's CLI runs in the launcher's process (engine_in_process), which imported vLLM for the check
+    assert "starting engine (in this process): " in log
     assert "--middleware serving.lmi.middleware.LMIMiddleware" in log
     # `vllm serve`, vLLM's supported entry point: no deprecation warning for the api_server module
     assert " -m vllm.entrypoints.cli.main serve " in log and "vllm.entrypoints.openai.api_server" not in log
 
 
-def test_the_engines_processes_get_the_environment_a_fresh_interpreter_would_give_them(adapter_server):
+def test_the_engines_processes_get_the_environment_a_fresh_interpreter_would_give_them(server):
     """vLLM's CLI in the launcher's process hands its spawned processes what importing vLLM sets in the
     environment (as the exec'd interpreter's import set it again): LD_LIBRARY_PATH for OpenCV's libraries,
     PYTORCH_NVML_BASED_CUDA_CHECK and the like, read here from multiprocessing's resource tracker, which vLLM's
@@ -66,17 +66,16 @@ def test_the_engines_processes_get_the_environment_a_fresh_interpreter_would_giv
                          check=True)
     set_by_import = json.loads(run.stdout.strip().splitlines()[-1])
     assert set_by_import, "importing vLLM set nothing: this test checks nothing"
-    main = psutil.Process(adapter_server.proc.pid)
+    main = psutil.Process(server.proc.pid)
     trackers = [p for p in main.children(recursive=True) if "resource_tracker" in " ".join(p.cmdline())]
-    assert trackers, "no resource tracker among the adapter server's processes"
+    assert trackers, "no resource tracker among the server's processes"
     assert sorted(set(set_by_import) - set(trackers[0].environ())) == []
 
 
-def test_vllms_cli_in_the_launchers_process_serves(adapter_server):
-    """engine_in_process=true: vLLM's CLI runs in the launcher's process, which imported vLLM to check the
-    settings, and serves."""
+def test_engine_in_process_false_execs_vllm_serve_and_serves(adapter_server):
+    """engine_in_process=false: the launcher execs `vllm serve` in a fresh interpreter, which serves."""
     log = adapter_server.log()
-    assert "starting engine (in this process): " in log
+    assert "starting engine (exec: engine_in_process=false): " in log
     status, body = post(adapter_server.url + "/invocations", {"inputs": "Hello", "parameters": {"max_new_tokens": 3}})
     assert status == 200 and isinstance(body["generated_text"], str)
 
@@ -161,15 +160,15 @@ def test_planted_secrets_reach_no_dry_run_or_config_error(tmp_path, launcher_mai
 def test_the_launcher_execs_where_the_engines_path_would_shadow_what_it_imported(tmp_path):
     """With engine_in_process, vLLM's CLI runs in the launcher's process only where the engine would import what
     the launcher did: a folder on the engine's path holding a module the launcher imported from elsewhere (here the
-    user's code folder with a json.py beside model.py) makes it exec a fresh interpreter instead; so does the
-    setting's default (off)."""
+    user's code folder with a json.py beside model.py) makes it exec a fresh interpreter instead; so does
+    engine_in_process=false."""
     from serving import launcher
 
     code = tmp_path / "code"
     code.mkdir()
     (code / "model.py").write_text("")
     env = {"PATH": "/usr/bin", "HOME": str(tmp_path), "SERVING_MODEL_DIR": str(tmp_path / "none"),
-           "SAGEMAKER_MODEL_PATH": str(code), "SERVING_ENGINE_IN_PROCESS": "true"}
+           "SAGEMAKER_MODEL_PATH": str(code)}
 
     def blocker(env):
         p = launcher.plan(env)
@@ -180,5 +179,4 @@ def test_the_launcher_execs_where_the_engines_path_would_shadow_what_it_imported
     (code / "json.py").write_text("")
     assert f"{code} on the engine's path provides json, which this process imported from " in (blocker(env) or "")
     (code / "json.py").unlink()
-    del env["SERVING_ENGINE_IN_PROCESS"]
-    assert blocker(env) == "engine_in_process=false"
+    assert blocker(env | {"SERVING_ENGINE_IN_PROCESS": "false"}) == "engine_in_process=false"

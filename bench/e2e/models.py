@@ -89,10 +89,12 @@ def parse_layers(tokens: list[str], models: list[str]) -> dict[str, int]:
 # DeepGEMM off and vLLM leaves its E8M0 scales off, which changes the block-FP8 activation quantization and lets the
 # Triton MoE path take vLLM's one-kernel SiLU-and-mul + group quantization; the image arm runs where the host's nvcc
 # is found, as stock does), and
+# "image-no-aot-compile" and "image-no-compile-cache" (vLLM's torch.compile without its AOT compile, or without
+# writing its compile cache, AOT artifacts included: option.aot_compile false, option.disable_compile_cache true),
 # "image-candidates" (the image with the files of --candidate-configs laid over configs/: how a config file not yet
-# shipped is gated beside the image), and "image-in-process" (the launcher runs vLLM's CLI in its own process, which
-# imported vLLM to check the settings, rather than exec `vllm serve` in a fresh interpreter: what engine_in_process
-# saves of start to ready). Not measured, started for what their logs say:
+# shipped is gated beside the image), and "image-exec" (the launcher execs `vllm serve` in a fresh interpreter rather
+# than run vLLM's CLI in its own process, which imported vLLM to check the settings: what engine_in_process, the
+# image's default, saves of start to ready). Not measured, started for what their logs say:
 # "stock-debug" (stock at VLLM_LOGGING_LEVEL=DEBUG: why each MoE backend ahead of the chosen one was rejected) and
 # "stock-no-nvcc" (stock with nvcc off PATH and CUDA_HOME, as in the image's runtime base: what FlashInfer's JIT
 # does there). A static-scale stock start compiles FlashInfer's fused_moe_90 for over 12 minutes on an H200: give
@@ -125,7 +127,8 @@ IMAGE_ARM_SETTINGS: dict[str, dict[str, object]] = {
     "image-separate-norm-quant": {"norm_quant": "separate"},
     "image-compile-decode-sizes": {"compile_decode_tokens": 8},
     "image-no-aot-compile": {"aot_compile": False},
-    "image-in-process": {"engine_in_process": True},
+    "image-no-compile-cache": {"disable_compile_cache": True},
+    "image-exec": {"engine_in_process": False},
     "image-no-nvcc": {},  # its environment hides nvcc (servers.server_command)
     "image-candidates": {},  # its configs_dir is made per run (servers.candidate_configs_dir)
     **{arm: {} for arm in IMAGE_ARM_ENGINE_ARGS},  # one vLLM flag each, no setting of the table
@@ -142,22 +145,23 @@ COMPILE_SIZES_ARM = "image-compile-decode-sizes"
 NO_NVCC_ARM = "image-no-nvcc"
 ATTN_ONE_SPLIT_ARM = "image-attn-one-split"
 NO_AOT_COMPILE_ARM = "image-no-aot-compile"
-IN_PROCESS_ARM = "image-in-process"
+NO_COMPILE_CACHE_ARM = "image-no-compile-cache"
+EXEC_ARM = "image-exec"
 MEASURED_ARMS = ("stock", "image", "image-stock-order", "image-vllm-quant", "image-vllm-topk", "image-eager-prefill",
                  "image-bf16-router", "image-cutlass-dense", "image-gemv-silu", QK_NORM_ROPE_ARM, *NORM_QUANT_ARMS,
-                 COMPILE_SIZES_ARM, NO_NVCC_ARM, ATTN_ONE_SPLIT_ARM, NO_AOT_COMPILE_ARM, IN_PROCESS_ARM, CANDIDATES_ARM,
-                 *PEER_ARMS)
+                 COMPILE_SIZES_ARM, NO_NVCC_ARM, ATTN_ONE_SPLIT_ARM, NO_AOT_COMPILE_ARM, NO_COMPILE_CACHE_ARM, EXEC_ARM,
+                 CANDIDATES_ARM, *PEER_ARMS)
 # Block FP8: the linear layers on vLLM's prebuilt CUTLASS block-scaled kernel in both arms, so that only the MoE
 # path differs. vLLM's default there is FlashInfer's DeepGEMM kernel, which the image builds with nvcc at start and
 # stock follows with DeepGEMM's JIT warm-up of 512 shapes (42-48 minutes on an H200 by its own estimate), beyond
 # one session's device time.
 BLOCK_FP8_ENGINE_ARGS = (("linear-backend", "cutlass"),)
 # Every GPU model has the Q/K norm + RoPE arm, the norm + quantization arms, the decode compile sizes, the image
-# without nvcc, the one-split attention arm, the image without vLLM's AOT compile, the in-process launcher, the
-# candidates arm and the peers, less the two arms of Qwen3's attention where its preset has MLA; a run starts the
-# candidates arm and the peers only when --arms names them.
+# without nvcc, the one-split attention arm, the image without vLLM's AOT compile or its compile cache, the exec'ing
+# launcher, the candidates arm and the peers, less the two arms of Qwen3's attention where its preset has MLA; a run
+# starts the candidates arm and the peers only when --arms names them.
 PASS_ARMS = (QK_NORM_ROPE_ARM, *NORM_QUANT_ARMS, COMPILE_SIZES_ARM, NO_NVCC_ARM, ATTN_ONE_SPLIT_ARM,
-             NO_AOT_COMPILE_ARM, IN_PROCESS_ARM)
+             NO_AOT_COMPILE_ARM, NO_COMPILE_CACHE_ARM, EXEC_ARM)
 QWEN3_ATTENTION_ARMS = (QK_NORM_ROPE_ARM, ATTN_ONE_SPLIT_ARM)
 
 
