@@ -137,6 +137,28 @@ def test_the_aot_compile_figures_are_the_recorded_run_29():
     assert tok_s in help_text
 
 
+def test_the_in_process_start_figures_are_the_recorded_run_32():
+    """The engine_in_process setting's, the goals row's and the index row's start figures (each server started alone
+    on an H100) are run 32's: the image exec'ing `vllm serve` against vLLM's CLI in the launcher's process (arm
+    image-in-process at that tree) with their paired one-client tokens/s, and the in-process image against SGLang."""
+    from serving.settings import TABLE
+
+    model = "qwen3-235b-tp8-tensor@94L"
+    data = ROOT / "bench" / "data" / "h100_tensor_32"
+    res = json.loads((data / "e2e.json").read_text())
+    ready = {arm: res["servers"][f"{model}.{arm}"]["ready_s"] for arm in ("image", "image-in-process")}
+    ratio = statistics.median(paired_ratios([res], model, "throughput", "tok_s", "1", arm="image-in-process",
+                                            base="image"))
+    help_text = TABLE["engine_in_process"].help
+    assert f"ready after {ready['image-in-process']:.0f} against {ready['image']:.0f} s" in help_text
+    assert f"{ratio:.3f}x the one-client tokens/s" in help_text
+    index_row = next(ln for ln in PAGE.splitlines() if ln.startswith("| run 32 |"))
+    assert f"ready after {ready['image-in-process']:.0f} against {ready['image']:.0f} s at {ratio:.3f}x" in index_row
+    peer = json.loads((data / "e2e-sglang.json").read_text())["servers"]
+    image, sglang = peer[f"{model}.image-in-process"]["ready_s"], peer[f"{model}.sglang"]["ready_s"]
+    assert f"{image:.1f} against {sglang:.1f} s" in GOALS and f"{ready['image']:.1f} s exec'ing" in GOALS
+
+
 def test_the_235b_ep8_gemv_and_vllm_034_figures_are_the_recorded_run_20():
     """The headline's 235B EP8 figures with patch 0011's entries (image-candidates/stock) and its stock vLLM 0.34
     figures (image/vllm-latest), from both clients, are run 20's."""
