@@ -3,9 +3,11 @@ turn and writes the figures (the H200 runs use the same code with the FP8 models
 a recorded H200 run."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -782,15 +784,19 @@ def test_profile_classes_count_the_decode_gemvs_as_the_moe_gemms(tmp_path):
                                               "other_gemm": round(24 / 64, 4)}
 
 
-def _processes_naming(text: str) -> list[str]:
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+def _processes_naming(text: str) -> dict[int, str]:
+    """pid -> command line of each process whose command line or environment holds text: stock's `vllm serve` names
+    its model in its arguments, the image's launcher (which runs vLLM's CLI in its own process) in OPTION_MODEL_ID,
+    which its engine processes inherit."""
+    found = {}
+    for proc in Path("/proc").glob("[0-9]*"):
         try:
-            args = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            args = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            env = (proc / "environ").read_bytes().decode(errors="replace")
         except OSError:  # exited while we looked
             continue
-        if text in args:
-            found.append(args[:200])
+        if text in args or text in env:
+            found[int(proc.name)] = args[:200]
     return found
 
 
@@ -801,18 +807,23 @@ def test_sigterm_stops_the_bench_and_its_servers(tmp_path):
     stock_site = tmp_path / "stock-site"
     stock_site.mkdir()
     models = tmp_path / "models"
-    model = str(models / "tiny-cpu")  # in every server's command line
+    model = str(models / "tiny-cpu")  # in stock's command line and the image's environment
+
+    def both_started() -> bool:  # stock's `vllm serve` and the image's launcher
+        named = _processes_naming(model).values()
+        return any(model in args for args in named) and any(model not in args for args in named)
+
     cmd = [sys.executable, "-m", "bench.e2e", "--stock-site", str(stock_site), "--models-dir", str(models),
            "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"), "--models", "tiny-cpu",
            "--ready-timeout", "600"]
     p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        for _ in range(600):  # until both servers run
-            if len(_processes_naming(model)) >= 2 or p.poll() is not None:
+        for _ in range(600):
+            if both_started() or p.poll() is not None:
                 break
             time.sleep(0.5)
         assert p.poll() is None, "the bench exited before its servers started"
-        assert _processes_naming(model), "no server started"
+        assert both_started(), f"not both servers started: {_processes_naming(model)}"
         p.terminate()
         assert p.wait(120) == 143
     finally:
@@ -823,8 +834,9 @@ def test_sigterm_stops_the_bench_and_its_servers(tmp_path):
             break
         time.sleep(0.5)
     left = _processes_naming(model)
-    if left:  # not to leak them into the rest of the suite
-        subprocess.run(["pkill", "-9", "-f", model])
+    for pid in left:  # not to leak them into the rest of the suite
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
     assert not left
     assert (tmp_path / "out" / "logs").is_dir()  # the bench's cleanup ran: the servers' logs were kept
 
