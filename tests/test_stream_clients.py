@@ -72,11 +72,14 @@ def test_line_iterator_reads_openai_sse_split_anywhere(server, greedy):
     assert "".join(c["choices"][0]["text"] for c in chunks if c["choices"]) == greedy
 
 
-# -- a server with LMI's tgi_compat and output_formatter=jsonlines ---------------------------------
+# -- a server with LMI's tgi_compat and output_formatter=jsonlines, and vLLM's compile cache off ---------------
+# (compiled as the session's server is, so its greedy answers are that server's)
 
 @starts_early("compat")
 def _compat_server(tmp: Path, nice: int):
-    return spawn_server(tmp, {"OPTION_TGI_COMPAT": "true", "OPTION_OUTPUT_FORMATTER": "jsonlines"}, nice=nice)
+    return spawn_server(tmp, {"OPTION_TGI_COMPAT": "true", "OPTION_OUTPUT_FORMATTER": "jsonlines",
+                              "OPTION_DISABLE_COMPILE_CACHE": "true", "VLLM_CACHE_ROOT": str(tmp / "vllm-cache")},
+                        nice=nice)
 
 
 @pytest.fixture(scope="module")
@@ -90,6 +93,18 @@ def test_startup_log_names_the_compat_settings(compat):
     log = compat.log()
     assert "setting tgi_compat=True  [env OPTION_TGI_COMPAT; launcher]" in log
     assert "setting output_formatter=jsonlines  [env OPTION_OUTPUT_FORMATTER; launcher]" in log
+
+
+def test_without_the_compile_cache_the_model_is_aot_compiled_and_nothing_is_written(compat):
+    """option.disable_compile_cache: vLLM's compile cache is off, and the model is still AOT-compiled (vLLM alone
+    turns the AOT compile off with the cache): its AOT folder under the server's own VLLM_CACHE_ROOT exists, with no
+    compiled model saved in it. The answers below are the session server's, whose cache is on."""
+    log = compat.log()
+    assert "setting disable_compile_cache=True  [env OPTION_DISABLE_COMPILE_CACHE; launcher]" in log
+    assert "saved AOT compiled function" not in log
+    aot = list((compat.log_path.parent / "vllm-cache" / "torch_compile_cache" / "torch_aot_compile").glob("*"))
+    assert len(aot) == 1 and (aot[0] / "inductor_cache").is_dir(), aot
+    assert not list(aot[0].rglob("model")), "a compiled model was saved"
 
 
 def test_tgi_compat_answers_a_list_with_details(compat, greedy):
