@@ -30,6 +30,19 @@ def tok_s(res: dict, model: str, clients: str, arm: str = "image", base: str = "
                                  section="cross_check")
 
 
+def index_row_of(run: str) -> str:
+    """The results page's index row of one run."""
+    return next(ln for ln in PAGE.splitlines() if ln.startswith(f"| run {run} |"))
+
+
+def start_against(res: dict, model: str, peer: str) -> str:
+    """'ready after A against B s, first request C against D ms': the image's start and first request against
+    peer's, as the goals rows give them."""
+    image, other = (res["servers"][f"{model}.{arm}"] for arm in ("image", peer))
+    return (f"ready after {image['ready_s']:.1f} against {other['ready_s']:.1f} s, first request "
+            f"{image['first_ttft_ms']:.1f} against {other['first_ttft_ms']:.1f} ms")
+
+
 def test_headline_figures_are_the_recorded_run_9():
     res = json.loads((ROOT / "bench" / "data" / "h200_engine_9" / "e2e.json").read_text())
     for model in ("qwen3-235b-tp8-tensor@94L", "qwen3-coder-480b-tp8-tensor@40L"):
@@ -81,7 +94,7 @@ def test_the_per_tensor_vllm_034_figures_are_the_recorded_run_30():
     vLLM's client's), the goals row's with their ranges and its start and first request, and the index row's, are
     run 30's."""
     res = json.loads((ROOT / "bench" / "data" / "h200_tensor_30" / "e2e.json").read_text())
-    index_row = next(ln for ln in PAGE.splitlines() if ln.startswith("| run 30 |"))
+    index_row = index_row_of("30")
     model = "qwen3-235b-tp8-tensor@94L"
     for base in ("stock", "vllm-latest"):
         for clients in ("1", "8", "32"):
@@ -91,10 +104,7 @@ def test_the_per_tensor_vllm_034_figures_are_the_recorded_run_30():
                 assert f"**{statistics.median(ratios):.3f}x**" in HEADLINE, clients
                 assert f"{statistics.median(cross):.3f}x" in HEADLINE, clients
                 assert f"{statistics.median(ratios):.3f} ({ratios[0]:.3f}-{ratios[-1]:.3f})" in GOALS, clients
-    servers = {arm: res["servers"][f"{model}.{arm}"] for arm in ("image", "vllm-latest")}
-    assert (f"ready after {servers['image']['ready_s']:.1f} against {servers['vllm-latest']['ready_s']:.1f} s, first "
-            f"request {servers['image']['first_ttft_ms']:.1f} against {servers['vllm-latest']['first_ttft_ms']:.1f} ms"
-            in GOALS)
+    assert start_against(res, model, "vllm-latest") in GOALS
 
 
 def test_the_235b_ep8_sglang_figures_at_32_clients_are_the_recorded_run_31():
@@ -112,10 +122,7 @@ def test_the_235b_ep8_sglang_figures_at_32_clients_are_the_recorded_run_31():
     for ratios in (with_entries, without, entries):
         assert f"{statistics.median(ratios):.3f} ({ratios[0]:.3f}-{ratios[-1]:.3f})" in GOALS
     assert min(with_entries) >= 1.0  # issue 29's goal at 32 clients
-    servers = {arm: res["servers"][f"{model}.{arm}"] for arm in ("image", "sglang")}
-    assert (f"ready after {servers['image']['ready_s']:.1f} against {servers['sglang']['ready_s']:.1f} s, first "
-            f"request {servers['image']['first_ttft_ms']:.1f} against {servers['sglang']['first_ttft_ms']:.1f} ms"
-            in GOALS)
+    assert start_against(res, model, "sglang") in GOALS
 
 
 def test_the_aot_compile_figures_are_the_recorded_run_29():
@@ -130,7 +137,7 @@ def test_the_aot_compile_figures_are_the_recorded_run_29():
     medians = [statistics.median(paired_ratios([res], model, "throughput", "tok_s", c, arm="image-no-aot-compile",
                                                base="image")) for c in ("1", "8", "32")]
     tok_s = f"{min(medians):.3f}-{max(medians):.3f}x the tokens/s"
-    index_row = next(ln for ln in PAGE.splitlines() if ln.startswith("| run 29 |"))
+    index_row = index_row_of("29")
     assert sooner in GOALS and sooner in index_row and tok_s in index_row
     help_text = TABLE["aot_compile"].help
     assert f"ready after {ready['image-no-aot-compile']:.0f} against {ready['image']:.0f} s" in help_text
@@ -152,7 +159,7 @@ def test_the_in_process_start_figures_are_the_recorded_run_32():
     help_text = TABLE["engine_in_process"].help
     assert f"ready after {ready['image-in-process']:.0f} against {ready['image']:.0f} s" in help_text
     assert f"{ratio:.3f}x the one-client tokens/s" in help_text
-    index_row = next(ln for ln in PAGE.splitlines() if ln.startswith("| run 32 |"))
+    index_row = index_row_of("32")
     assert f"ready after {ready['image-in-process']:.0f} against {ready['image']:.0f} s at {ratio:.3f}x" in index_row
     peer = json.loads((data / "e2e-sglang.json").read_text())["servers"]
     image, sglang = peer[f"{model}.image-in-process"]["ready_s"], peer[f"{model}.sglang"]["ready_s"]
@@ -250,7 +257,7 @@ def test_the_committed_gemv_figures_are_the_recorded_kernel_probe_25():
         row = next(ln.replace("**", "") for ln in section.splitlines() if ln.startswith(f"| {names[r['shape']]}")
                    and ln.split("|")[1].strip().endswith(f", {r['M']}"))
         assert f"| {r['small_m']['us']:.2f} |" in row and f"{r['gemv']['us']:.2f} (" in row, row
-    index_row = next(ln for ln in PAGE.splitlines() if ln.startswith("| run 25 |"))
+    index_row = index_row_of("25")
     ratio = {(r["shape"], r["M"]): r["gemv"]["us"] / r["small_m"]["us"] for r in probe["rows"]}
     for key in (("coder-qkv", 1), ("coder-o-proj", 1), ("235b-o-proj", 1), ("235b-o-proj", 2)):
         assert f"{ratio[key]:.2f}x" in index_row, key
