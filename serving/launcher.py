@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Mapping
 
 from . import resolve
-from . import compile_passes, custom_code, cuda_graphs, deep_gemm, modelinfo_cache
+from . import compile_cache, compile_passes, custom_code, cuda_graphs, deep_gemm, modelinfo_cache
 from .exit_codes import ExitCode
 from .paths import ROOT
 from .settings import Context, Settings, SettingValueError, parse_bool
@@ -41,6 +41,8 @@ CPU_DEFAULTS = {"kv_cache_memory_bytes": "268435456"}
 CPU_NO_GRAPHS = resolve.ContextDefault(cuda_graphs.SETTING, "0", "CPU build: no CUDA graphs")
 # Nor an FP8 norm + quantization for option.norm_quant to change: vLLM's choice there unless the user sets one.
 CPU_NORM_QUANT = resolve.ContextDefault("norm_quant", "vllm", "CPU build: no FP8 norm + quantization")
+# vLLM's CPU platform spawns its engine processes whatever VLLM_WORKER_MULTIPROC_METHOD says.
+CPU_SPAWN = resolve.ContextDefault("worker_multiproc_method", "spawn", "CPU build: vLLM's CPU platform spawns")
 TINY_MODEL_DEFAULTS = {"max_model_len": "2048"}
 # `vllm serve` starts one API server process per data-parallel rank unless told otherwise; the container
 # runs one, in the process that becomes the engine, where the middleware (drain, sessions) lives.
@@ -152,7 +154,8 @@ def context_defaults(kind: str, user: resolve.Resolution, env: Mapping[str, str]
     """Defaults that depend on the build, the machine and the model: tensor parallelism over every
     visible GPU (as LMI and TGI do), LoRA serving of the model's adapters/ folder, the embedded tiny
     model's context length, on the CPU build a fixed KV cache unless the user sized the memory
-    themselves and no CUDA-graph capture limit, and one API server process under data parallelism."""
+    themselves and no CUDA-graph capture limit, one API server process under data parallelism, and
+    no compile cache where no later start can read it."""
     out = []
     if adapters:
         why = f"LoRA adapters in the model's {custom_code.ADAPTERS_FOLDER}/"
@@ -172,7 +175,12 @@ def context_defaults(kind: str, user: resolve.Resolution, env: Mapping[str, str]
     if "tensor_parallel_size" not in user.entries:
         out.append(tp_default(env, cpu_build))
     if cpu_build:
-        out += [CPU_NO_GRAPHS, CPU_NORM_QUANT]  # context defaults: the user's own value beats them
+        out += [CPU_NO_GRAPHS, CPU_NORM_QUANT, CPU_SPAWN]  # context defaults: the user's own value beats them
+    if "disable_compile_cache" not in user.entries:
+        cache = compile_cache.default(modelinfo_cache.engine_cache_root(dict(env)),
+                                      user_compilation_config(user.entries))
+        if cache:
+            out.append(resolve.ContextDefault("disable_compile_cache", *cache))
     if needs_one_api_server(user):
         out.append(ONE_API_SERVER)
     if kind == "embedded":

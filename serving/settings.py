@@ -298,12 +298,21 @@ SETTINGS: tuple[Setting, ...] = (
             parse=parse_bool, env=("VLLM_USE_AOT_COMPILE",), engine_env="VLLM_USE_AOT_COMPILE"),
     Setting("disable_compile_cache", "true: vLLM's torch.compile writes nothing to its cache under VLLM_CACHE_ROOT "
             "(VLLM_DISABLE_COMPILE_CACHE=1) and reads nothing from it: the model runs as compiled without also being "
-            "serialized for a later start, which a container whose cache does not survive restarts never reads. The "
-            "AOT compile stays as with the cache on unless aot_compile says otherwise (vLLM alone would turn it off). "
-            "Writing the AOT artifacts took 16-17 of the 72 s of torch.compile on the per-tensor Qwen3-235B TP8 shard "
-            "at 94 layers (an H100, bench/RESULTS-archive.md, run 32). Unset: vLLM's default (the cache on), until a "
-            "GPU start measures it (the engine bench's image-no-compile-cache arm).",
+            "serialized for a later start. The AOT compile stays as with the cache on unless aot_compile says "
+            "otherwise (vLLM alone would turn it off). Writing the AOT artifacts took 16-17 of the 72 s of "
+            "torch.compile on the per-tensor Qwen3-235B TP8 shard at 94 layers (an H100, bench/RESULTS-archive.md, "
+            "run 32). Unset: true where VLLM_CACHE_ROOT lies on the container's own filesystem (its overlay root, a "
+            "tmpfs), which ends with the container, so no later start would read the cache; vLLM's default (the "
+            "cache on) where it lies on a mount of its own (a volume, a bind mount, a network filesystem) or "
+            "compilation_config names a cache_dir (serving/compile_cache.py).",
             parse=parse_bool, env=("VLLM_DISABLE_COMPILE_CACHE",), engine_env="VLLM_DISABLE_COMPILE_CACHE"),
+    Setting("worker_multiproc_method", "How vLLM starts its engine-core process and, under tensor parallelism, its "
+            "workers (VLLM_WORKER_MULTIPROC_METHOD). fork: as copies of the process that already imported torch and "
+            "vLLM; spawn (what `vllm serve` picks when the variable is unset): fresh interpreters that import them "
+            "again, about 10 s each on an H100 host. vLLM itself turns to spawn where CUDA was initialized before "
+            "the fork, and its CPU platform always spawns.",
+            choices=("fork", "spawn"), default="fork", instead="fork or spawn",
+            env=("VLLM_WORKER_MULTIPROC_METHOD",), engine_env="VLLM_WORKER_MULTIPROC_METHOD"),
     Setting("port", "HTTP port.", parse=parse_positive_int, default=8080, flag="--port", env=("SAGEMAKER_BIND_TO_PORT",)),
     Setting("host", "Address to listen on.", default="0.0.0.0", flag="--host"),
     Setting("max_request_bytes", "Largest request body /invocations accepts (413 beyond it); SageMaker's real-time "
@@ -522,6 +531,7 @@ class Settings:
     flashinfer_sampler: bool = False
     aot_compile: bool | None = None
     disable_compile_cache: bool | None = None
+    worker_multiproc_method: str = "fork"
     port: int = 8080
     host: str = "0.0.0.0"
     max_request_bytes: int = 6 * 1024 * 1024

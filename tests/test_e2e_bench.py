@@ -493,29 +493,30 @@ def test_the_no_nvcc_arm_is_the_image_as_its_container_runs_it(tmp_path, monkeyp
     assert str(cuda / "bin") in envs["stock"]["PATH"].split(os.pathsep) and envs["stock"]["CUDA_HOME"] == str(cuda)
 
 
-def test_the_compile_arms_are_the_image_with_vllms_aot_compile_or_compile_cache_off(tmp_path, gpu_build):
-    """image-no-aot-compile and image-no-compile-cache: the image's command, and in the environment its launcher hands
-    vLLM, VLLM_USE_AOT_COMPILE=0 or VLLM_DISABLE_COMPILE_CACHE=1, which vLLM's own envs read as the AOT compile off or
-    the cache off, where the image leaves vLLM's defaults (the AOT compile on with the image's torch, the cache on);
-    stock-debug's variable comes from the bench's environment table."""
+def test_the_start_arms_are_the_image_with_one_of_vllms_start_defaults(tmp_path, gpu_build):
+    """image-no-aot-compile, image-compile-cache and image-spawn: the image's command, and in the environment its
+    launcher hands vLLM, VLLM_USE_AOT_COMPILE=0, VLLM_DISABLE_COMPILE_CACHE=0 or VLLM_WORKER_MULTIPROC_METHOD=spawn,
+    which vLLM's own envs read as the AOT compile off, the cache on or the engine core spawned, where the image
+    (its cache root on this machine's root filesystem) has the AOT compile on with the image's torch, the cache off
+    and the engine core forked; stock-debug's variable comes from the bench's environment table."""
     from serving import launcher
     from serving.vllm_args import VllmArgs
 
     m = _model("qwen3-235b-tp8-tensor")
-    arms = ("image", models.NO_AOT_COMPILE_ARM, models.NO_COMPILE_CACHE_ARM)
+    arms = ("image", models.NO_AOT_COMPILE_ARM, models.COMPILE_CACHE_ARM, models.SPAWN_ARM)
     assert all(arm in m.arms and arm in models.MEASURED_ARMS for arm in arms)
     cfg = _bench_config(tmp_path)
     envs = {arm: servers.server_command(cfg, m, arm, tmp_path / "model", 8002)[1] for arm in (*arms, "stock-debug")}
     plans = {arm: launcher.plan(envs[arm] | {"OPTION_MODEL_ID": "Qwen/Qwen3-0.6B"}, VllmArgs()) for arm in arms}
-    assert plans["image"].argv == plans[models.NO_AOT_COMPILE_ARM].argv == plans[models.NO_COMPILE_CACHE_ARM].argv
-    assert {"VLLM_USE_AOT_COMPILE", "VLLM_DISABLE_COMPILE_CACHE"}.isdisjoint(plans["image"].env)
+    assert all(plans[arm].argv == plans["image"].argv for arm in arms)
     assert envs["stock-debug"]["VLLM_LOGGING_LEVEL"] == "DEBUG"
-    read = "import vllm.envs as e; print(e.VLLM_USE_AOT_COMPILE, e.VLLM_DISABLE_COMPILE_CACHE)"
+    read = ("import vllm.envs as e; print(e.VLLM_USE_AOT_COMPILE, e.VLLM_DISABLE_COMPILE_CACHE, "
+            "e.VLLM_WORKER_MULTIPROC_METHOD)")
     seen = {arm: subprocess.run([sys.executable, "-c", read], env=plans[arm].env, capture_output=True, text=True,
                                 check=True, timeout=120).stdout.splitlines()[-1]
             for arm in plans}
-    assert seen == {"image": "True False", models.NO_AOT_COMPILE_ARM: "False False",
-                    models.NO_COMPILE_CACHE_ARM: "True True"}
+    assert seen == {"image": "True True fork", models.NO_AOT_COMPILE_ARM: "False True fork",
+                    models.COMPILE_CACHE_ARM: "True False fork", models.SPAWN_ARM: "True True spawn"}
 
 
 def test_the_exec_arm_is_the_image_with_a_fresh_interpreter_for_vllms_cli(tmp_path, gpu_build):

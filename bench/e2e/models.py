@@ -89,8 +89,11 @@ def parse_layers(tokens: list[str], models: list[str]) -> dict[str, int]:
 # DeepGEMM off and vLLM leaves its E8M0 scales off, which changes the block-FP8 activation quantization and lets the
 # Triton MoE path take vLLM's one-kernel SiLU-and-mul + group quantization; the image arm runs where the host's nvcc
 # is found, as stock does), and
-# "image-no-aot-compile" and "image-no-compile-cache" (vLLM's torch.compile without its AOT compile, or without
-# writing its compile cache, AOT artifacts included: option.aot_compile false, option.disable_compile_cache true),
+# "image-no-aot-compile" (vLLM's torch.compile without its AOT compile: option.aot_compile false),
+# "image-compile-cache" (vLLM's compile cache written, AOT artifacts included, where the image leaves it off on a
+# filesystem no later start reads: option.disable_compile_cache false), "image-spawn" (vLLM's engine core started as
+# a fresh interpreter that imports torch and vLLM again, as `vllm serve` does, where the image forks it:
+# option.worker_multiproc_method spawn),
 # "image-candidates" (the image with the files of --candidate-configs laid over configs/: how a config file not yet
 # shipped is gated beside the image), and "image-exec" (the launcher execs `vllm serve` in a fresh interpreter rather
 # than run vLLM's CLI in its own process, which imported vLLM to check the settings: what engine_in_process, the
@@ -127,7 +130,8 @@ IMAGE_ARM_SETTINGS: dict[str, dict[str, object]] = {
     "image-separate-norm-quant": {"norm_quant": "separate"},
     "image-compile-decode-sizes": {"compile_decode_tokens": 8},
     "image-no-aot-compile": {"aot_compile": False},
-    "image-no-compile-cache": {"disable_compile_cache": True},
+    "image-compile-cache": {"disable_compile_cache": False},
+    "image-spawn": {"worker_multiproc_method": "spawn"},
     "image-exec": {"engine_in_process": False},
     "image-no-nvcc": {},  # its environment hides nvcc (servers.server_command)
     "image-candidates": {},  # its configs_dir is made per run (servers.candidate_configs_dir)
@@ -145,23 +149,24 @@ COMPILE_SIZES_ARM = "image-compile-decode-sizes"
 NO_NVCC_ARM = "image-no-nvcc"
 ATTN_ONE_SPLIT_ARM = "image-attn-one-split"
 NO_AOT_COMPILE_ARM = "image-no-aot-compile"
-NO_COMPILE_CACHE_ARM = "image-no-compile-cache"
+COMPILE_CACHE_ARM = "image-compile-cache"
+SPAWN_ARM = "image-spawn"
 EXEC_ARM = "image-exec"
 MEASURED_ARMS = ("stock", "image", "image-stock-order", "image-vllm-quant", "image-vllm-topk", "image-eager-prefill",
                  "image-bf16-router", "image-cutlass-dense", "image-gemv-silu", QK_NORM_ROPE_ARM, *NORM_QUANT_ARMS,
-                 COMPILE_SIZES_ARM, NO_NVCC_ARM, ATTN_ONE_SPLIT_ARM, NO_AOT_COMPILE_ARM, NO_COMPILE_CACHE_ARM, EXEC_ARM,
-                 CANDIDATES_ARM, *PEER_ARMS)
+                 COMPILE_SIZES_ARM, NO_NVCC_ARM, ATTN_ONE_SPLIT_ARM, NO_AOT_COMPILE_ARM, COMPILE_CACHE_ARM, SPAWN_ARM,
+                 EXEC_ARM, CANDIDATES_ARM, *PEER_ARMS)
 # Block FP8: the linear layers on vLLM's prebuilt CUTLASS block-scaled kernel in both arms, so that only the MoE
 # path differs. vLLM's default there is FlashInfer's DeepGEMM kernel, which the image builds with nvcc at start and
 # stock follows with DeepGEMM's JIT warm-up of 512 shapes (42-48 minutes on an H200 by its own estimate), beyond
 # one session's device time.
 BLOCK_FP8_ENGINE_ARGS = (("linear-backend", "cutlass"),)
 # Every GPU model has the Q/K norm + RoPE arm, the norm + quantization arms, the decode compile sizes, the image
-# without nvcc, the one-split attention arm, the image without vLLM's AOT compile or its compile cache, the exec'ing
-# launcher, the candidates arm and the peers, less the two arms of Qwen3's attention where its preset has MLA; a run
-# starts the candidates arm and the peers only when --arms names them.
+# without nvcc, the one-split attention arm, the image without vLLM's AOT compile, with its compile cache, with its
+# engine core spawned, the exec'ing launcher, the candidates arm and the peers, less the two arms of Qwen3's
+# attention where its preset has MLA; a run starts the candidates arm and the peers only when --arms names them.
 PASS_ARMS = (QK_NORM_ROPE_ARM, *NORM_QUANT_ARMS, COMPILE_SIZES_ARM, NO_NVCC_ARM, ATTN_ONE_SPLIT_ARM,
-             NO_AOT_COMPILE_ARM, NO_COMPILE_CACHE_ARM, EXEC_ARM)
+             NO_AOT_COMPILE_ARM, COMPILE_CACHE_ARM, SPAWN_ARM, EXEC_ARM)
 QWEN3_ATTENTION_ARMS = (QK_NORM_ROPE_ARM, ATTN_ONE_SPLIT_ARM)
 
 
