@@ -301,7 +301,8 @@ SETTINGS: tuple[Setting, ...] = (
             "serialized for a later start. The AOT compile stays as with the cache on unless aot_compile says "
             "otherwise (vLLM alone would turn it off). Writing the AOT artifacts took 16-17 of the 72 s of "
             "torch.compile on the per-tensor Qwen3-235B TP8 shard at 94 layers (an H100, bench/RESULTS-archive.md, "
-            "run 32). Unset: true where VLLM_CACHE_ROOT lies on the container's own filesystem (its overlay root, a "
+            "run 32); without them, and with worker_multiproc_method fork, that shard was ready after 188.1 against "
+            "SGLang 0.5.21's 209.5 s (run 33). Unset: true where VLLM_CACHE_ROOT lies on the container's own filesystem (its overlay root, a "
             "tmpfs), which ends with the container, so no later start would read the cache; vLLM's default (the "
             "cache on) where it lies on a mount of its own (a volume, a bind mount, a network filesystem) or "
             "compilation_config names a cache_dir (serving/compile_cache.py).",
@@ -309,8 +310,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("worker_multiproc_method", "How vLLM starts its engine-core process and, under tensor parallelism, its "
             "workers (VLLM_WORKER_MULTIPROC_METHOD). fork: as copies of the process that already imported torch and "
             "vLLM; spawn (what `vllm serve` picks when the variable is unset): fresh interpreters that import them "
-            "again, about 10 s each on an H100 host. vLLM itself turns to spawn where CUDA was initialized before "
-            "the fork, and its CPU platform always spawns.",
+            "again: on an H100 host the engine core's first log line came 10 s after the API server's spawned "
+            "(run 32) and 1 s forked (run 33, where the per-tensor Qwen3-235B TP8 shard at 94 layers was ready "
+            "after 188.1 against SGLang 0.5.21's 209.5 s: bench/RESULTS-archive.md). vLLM itself turns to spawn "
+            "where CUDA was initialized before the fork, and its CPU platform always spawns.",
             choices=("fork", "spawn"), default="fork", instead="fork or spawn",
             env=("VLLM_WORKER_MULTIPROC_METHOD",), engine_env="VLLM_WORKER_MULTIPROC_METHOD"),
     Setting("port", "HTTP port.", parse=parse_positive_int, default=8080, flag="--port", env=("SAGEMAKER_BIND_TO_PORT",)),

@@ -166,6 +166,34 @@ def test_the_in_process_start_figures_are_the_recorded_run_32():
     assert f"{image:.1f} against {sglang:.1f} s" in GOALS and f"{ready['image']:.1f} s exec'ing" in GOALS
 
 
+def test_the_start_defaults_figures_are_the_recorded_run_33():
+    """The start goal's figures against SGLang (each server started alone on an H100, the image with its engine core
+    forked and no compile cache) and the tokens/s ratios at 1/8/32 clients, in the goals row, the index row, the
+    archive's table and the two settings' help, are run 33's."""
+    from serving.settings import TABLE
+
+    model = "qwen3-235b-tp8-tensor@94L"
+    res = json.loads((ROOT / "bench" / "data" / "h100_tensor_33" / "e2e.json").read_text())
+    servers = res["servers"]
+    image, sglang = servers[f"{model}.image"], servers[f"{model}.sglang"]
+    start = f"ready after {image['ready_s']:.1f} against {sglang['ready_s']:.1f} s"
+    first = f"first request {image['first_ttft_ms']:.1f} against {sglang['first_ttft_ms']:.1f} ms"
+    assert start in GOALS and first in GOALS
+    assert f"ready after {image['ready_s']:.0f} s against SGLang 0.5.21's {sglang['ready_s']:.0f}" in index_row_of("33")
+    section = archived("33")
+    assert f"| **{image['ready_s']:.1f}** | **{image['first_ttft_ms']:.1f}** |" in section
+    assert f"| {sglang['ready_s']:.1f} | {sglang['first_ttft_ms']:.1f} |" in section
+    for key in ("worker_multiproc_method", "disable_compile_cache"):
+        assert f"{image['ready_s']:.1f} against SGLang 0.5.21's {sglang['ready_s']:.1f} s" in TABLE[key].help, key
+    for clients in ("1", "8", "32"):
+        ratios = paired_ratios([res], model, "throughput", "tok_s", clients, arm="image", base="sglang")
+        assert len(ratios) == 3
+        figure = f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})"
+        assert figure in GOALS and f"**{statistics.median(ratios):.3f}** ({min(ratios):.3f}-{max(ratios):.3f})" \
+            in section, clients
+        assert f"{statistics.median(ratios):.3f}x" in index_row_of("33")
+
+
 def test_the_235b_ep8_gemv_and_vllm_034_figures_are_the_recorded_run_20():
     """The headline's 235B EP8 figures with patch 0011's entries (image-candidates/stock) and its stock vLLM 0.34
     figures (image/vllm-latest), from both clients, are run 20's."""
