@@ -214,3 +214,13 @@ def test_the_session_scripts_peers_step_installs_a_runtime_from_its_staged_parts
     assert not (root / "wheelhouse-sglang").exists()  # and its wheelhouse (KEEP_PEER_WHEELS=1 keeps it)
     assert r.returncode == 1 and "[sglang] sglang: FAILED: sglang-kernel: lock 0.4.7, runtime missing" in out
     assert not (root / "venv-sglang" / "check-passed").exists()  # so `all` leaves its arm out
+
+
+def test_the_session_scripts_prep_step_refuses_to_start_without_the_runs_models(tmp_path):
+    """tools/h200_session.sh prep without E2E_ARGS would make every preset model, which no lease's disk holds: it
+    stops at once, saying what to give it, and touches nothing."""
+    env = {"PATH": "/usr/bin:/bin", "RES": str(tmp_path / "results"), "STAGE": str(tmp_path / "stage")}
+    r = subprocess.run(["bash", "tools/h200_session.sh", "prep"], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2 and "E2E_ARGS is unset" in r.stderr and "`all`" in r.stderr, r.stderr
+    assert not (tmp_path / "results").exists()

@@ -152,6 +152,11 @@ dense-gemv-probe)
         ${DENSE_GEMV_ARGS:---shapes coder-qkv coder-o-proj 235b-o-proj --ms 1 2} && touch "$D/DONE"
     ;;
 prep)
+    # prep makes the models E2E_ARGS names: without it, every preset model, which the host's disk does not hold
+    if [ -z "${E2E_ARGS:-}" ]; then
+        echo "prep: E2E_ARGS is unset; give it the E2E_ARGS of the \`all\` that follows (the models to make)" >&2
+        exit 2
+    fi
     # the install reads Makefile and patches/ from the copy
     mkdir -p "$RES" && rm -f "$PREP_DONE" && tree_copy prep || exit 1
     exec > >(tee -a "$PREP_LOG") 2>&1
