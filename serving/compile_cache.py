@@ -43,7 +43,8 @@ def mount_of(path: Path, table: list[Mount]) -> Mount | None:
     best = None
     for m in table:
         point = Path(m.point)
-        if (path == point or point in path.parents) and (best is None or len(point.parts) >= len(Path(best.point).parts)):
+        deeper = best is None or len(point.parts) >= len(Path(best.point).parts)
+        if deeper and (path == point or point in path.parents):
             best = m
     return best
 
@@ -57,7 +58,8 @@ def survives_container(root: Path, table: list[Mount]) -> Mount | None:
     return m
 
 
-def default(root: Path, user_compilation_config: Mapping | None, mountinfo: str | None = None) -> tuple[str, str] | None:
+def default(root: Path, user_compilation_config: Mapping | None,
+            mountinfo: str | None = None) -> tuple[str, str] | None:
     """(raw value, why) for option.disable_compile_cache where the user left it unset, or None to keep vLLM's
     default. `mountinfo` is read from MOUNTINFO when not given; where it cannot be read, vLLM's default stays."""
     if user_compilation_config and user_compilation_config.get("cache_dir"):
