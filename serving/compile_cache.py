@@ -1,10 +1,10 @@
 """Whether a later start can read vLLM's compile cache: the launcher's default for option.disable_compile_cache.
 
-The container's own filesystem (its overlay root, a tmpfs) ends with the container, so a compile cache written
-there costs the start its writing and no later start reads it: there the launcher turns the cache off. A cache
-folder on a mount of its own (a docker volume, a bind mount, EFS or FSx) can outlive the container, and a
-compilation_config that names its own cache_dir asks for a cache: there vLLM's default, the cache on, stays.
-The mounts are read from /proc/self/mountinfo, the mount table of this process's mount namespace.
+A container's own filesystem (its overlay root, a tmpfs) ends with the container, so a compile cache written
+there costs the start its writing and no later start reads it: there the launcher turns the cache off. Any other
+filesystem outlives the process (a docker volume, a bind mount, EFS or FSx, a host's own disk outside a
+container), and a compilation_config that names its own cache_dir asks for a cache: there vLLM's default, the
+cache on, stays. The filesystem is read from /proc/self/mountinfo, the mount table of this process's namespace.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Mapping, NamedTuple
 
 MOUNTINFO = Path("/proc/self/mountinfo")
-# Filesystems that end with the container (or the machine): a cache on them is never read by a later start.
+# Filesystems that end with the container (a container's root is an overlay) or the machine (tmpfs): a cache on
+# them is never read by a later start.
 EPHEMERAL = frozenset({"overlay", "tmpfs", "ramfs", "aufs"})
 _OCTAL = re.compile(r"\\([0-7]{3})")  # mountinfo writes a space in a path as \040
 
@@ -49,13 +50,11 @@ def mount_of(path: Path, table: list[Mount]) -> Mount | None:
     return best
 
 
-def survives_container(root: Path, table: list[Mount]) -> Mount | None:
-    """The mount of its own that holds the cache root and can outlive the container, or None where the root lies
-    on the container's own filesystem (the mount at /, or an ephemeral one)."""
+def lasting_mount(root: Path, table: list[Mount]) -> Mount | None:
+    """The mount that holds the cache root where it outlives the container, or None where it does not (an
+    ephemeral filesystem) or no mount holds it."""
     m = mount_of(Path(os.path.abspath(root)), table)
-    if m is None or m.point == "/" or m.fstype in EPHEMERAL:
-        return None
-    return m
+    return None if m is None or m.fstype in EPHEMERAL else m
 
 
 def default(root: Path, user_compilation_config: Mapping | None,
@@ -71,7 +70,6 @@ def default(root: Path, user_compilation_config: Mapping | None,
             return None
     table = mounts(mountinfo)
     m = mount_of(Path(os.path.abspath(root)), table)
-    if m is None or survives_container(root, table) is not None:
+    if m is None or lasting_mount(root, table) is not None:
         return None
-    where = "the root filesystem" if m.point == "/" else f"a {m.fstype} at {m.point}"
-    return "true", f"VLLM_CACHE_ROOT {root} is on {where}, which no later start reads"
+    return "true", f"VLLM_CACHE_ROOT {root} is on the {m.fstype} at {m.point}, which no later start reads"

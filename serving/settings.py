@@ -304,8 +304,9 @@ SETTINGS: tuple[Setting, ...] = (
             "run 32); without them, and with worker_multiproc_method fork, that shard was ready after 188.1 against "
             "SGLang 0.5.21's 209.5 s (run 33). Unset: true where VLLM_CACHE_ROOT lies on the container's own "
             "filesystem (its overlay root, a tmpfs), which ends with the container, so no later start would read the "
-            "cache; vLLM's default (the cache on) where it lies on a mount of its own (a volume, a bind mount, a "
-            "network filesystem) or compilation_config names a cache_dir (serving/compile_cache.py).",
+            "cache; vLLM's default (the cache on) where it lies on a filesystem that lasts (a volume, a bind mount, "
+            "a network filesystem, a host's disk outside a container) or compilation_config names a cache_dir "
+            "(serving/compile_cache.py).",
             parse=parse_bool, env=("VLLM_DISABLE_COMPILE_CACHE",), engine_env="VLLM_DISABLE_COMPILE_CACHE"),
     Setting("worker_multiproc_method", "How vLLM starts its engine-core process and, under tensor parallelism, its "
             "workers (VLLM_WORKER_MULTIPROC_METHOD). fork: as copies of the process that already imported torch and "

@@ -426,18 +426,17 @@ def test_each_image_arm_switches_one_setting_of_the_table_and_no_arm_inherits_a_
         monkeypatch.setenv(name, "1")
     cfg = _peer_config(tmp_path, kv_bytes=1 << 30)  # the peers' runtimes given
     shard = _shard(tmp_path)  # the peers read the model's config.json
-    # the image's values: the table's defaults, but the compile cache, off where the bench's cache root lies on no
-    # mount of its own (serving/compile_cache.py)
-    _root_filesystem_only(tmp_path, monkeypatch)
-    image = {key: TABLE[key].default for key in switched} | {"disable_compile_cache": True}
+    # the image's values: the table's defaults and what its launcher decides in the container
+    image = {key: TABLE[key].default for key in switched} | models.CONTAINER_SETTINGS
     for arm in models.ARMS:
         _, env = servers.server_command(cfg, models.CPU_CHECK, arm, shard, 8002)
-        own = models.IMAGE_ARM_SETTINGS.get(arm, {})
+        image_arm = arm in models.IMAGE_ARM_SETTINGS
+        own = {**models.CONTAINER_SETTINGS, **models.IMAGE_ARM_SETTINGS[arm]} if image_arm else {}
         inherited = names & set(env) - {n for key in own for n in TABLE[key].env_names}
         assert not inherited, arm
         if arm in models.IMAGE_ARM_SETTINGS:
             plan = _image_launch_plan(env)  # the GPU build's defaults (gpu_build), which the arms run with
-            assert {key: getattr(plan.settings, key) for key in switched} == image | own, arm
+            assert {key: getattr(plan.settings, key) for key in switched} == image | own, arm  # theirs, not "1"
 
 
 def test_the_one_split_attention_arm_is_the_image_with_vllms_split_cap_at_one(tmp_path):
@@ -496,23 +495,15 @@ def test_the_no_nvcc_arm_is_the_image_as_its_container_runs_it(tmp_path, monkeyp
     assert str(cuda / "bin") in envs["stock"]["PATH"].split(os.pathsep) and envs["stock"]["CUDA_HOME"] == str(cuda)
 
 
-def _root_filesystem_only(tmp_path, monkeypatch) -> None:
-    """The launcher's mount table: one filesystem at /, as in a container without volumes."""
-    from serving import compile_cache
-    (tmp_path / "mountinfo").write_text("27 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n")
-    monkeypatch.setattr(compile_cache, "MOUNTINFO", tmp_path / "mountinfo")
-
-
-def test_the_start_arms_are_the_image_with_one_of_vllms_start_defaults(tmp_path, monkeypatch, gpu_build):
+def test_the_start_arms_are_the_image_with_one_of_vllms_start_defaults(tmp_path, gpu_build):
     """image-no-aot-compile, image-compile-cache and image-spawn: the image's command, and in the environment its
     launcher hands vLLM, VLLM_USE_AOT_COMPILE=0, VLLM_DISABLE_COMPILE_CACHE=0 or VLLM_WORKER_MULTIPROC_METHOD=spawn,
     which vLLM's own envs read as the AOT compile off, the cache on or the engine core spawned, where the image
-    (its cache root on the container's root filesystem) has the AOT compile on with the image's torch, the cache off
-    and the engine core forked; stock-debug's variable comes from the bench's environment table."""
+    (as in its container, whose cache root lies on its overlay root) has the AOT compile on with the image's torch,
+    the cache off and the engine core forked; stock-debug's variable comes from the bench's environment table."""
     from serving import launcher
     from serving.vllm_args import VllmArgs
 
-    _root_filesystem_only(tmp_path, monkeypatch)
     m = _model("qwen3-235b-tp8-tensor")
     arms = ("image", models.NO_AOT_COMPILE_ARM, models.COMPILE_CACHE_ARM, models.SPAWN_ARM)
     assert all(arm in m.arms and arm in models.MEASURED_ARMS for arm in arms)

@@ -25,9 +25,10 @@ def test_aot_compile_is_vllms_unless_turned_off():
     assert _engine_env({"OPTION_AOT_COMPILE": "true", "VLLM_USE_AOT_COMPILE": "0"})["VLLM_USE_AOT_COMPILE"] == "1"
 
 
-ROOT_ONLY = "27 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n"
-VOLUME = ROOT_ONLY + "41 27 259:1 /cache /opt/lmi/cache rw,relatime - xfs /dev/nvme1n1 rw\n"
-TMPFS = ROOT_ONLY + "42 27 0:55 / /opt/lmi/cache rw,relatime - tmpfs tmpfs rw\n"
+CONTAINER = "610 580 0:61 / / rw,relatime - overlay overlay rw,lowerdir=/l,upperdir=/u,workdir=/w\n"
+VOLUME = CONTAINER + "641 610 259:1 /cache /opt/lmi/cache rw,relatime - xfs /dev/nvme1n1 rw\n"
+TMPFS = CONTAINER + "642 610 0:55 / /opt/lmi/cache rw,relatime - tmpfs tmpfs rw\n"
+HOST = "27 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n"  # no container: the host's own disk
 
 
 def _mountinfo(monkeypatch, tmp_path, text: str) -> None:
@@ -37,26 +38,27 @@ def _mountinfo(monkeypatch, tmp_path, text: str) -> None:
 
 
 def test_the_compile_cache_is_off_where_no_later_start_reads_it(monkeypatch, tmp_path):
-    # The cache root on the container's root filesystem or a tmpfs: the launcher turns vLLM's compile cache off and
+    # The cache root on the container's overlay root or a tmpfs: the launcher turns vLLM's compile cache off and
     # keeps the AOT compile on (vLLM alone would turn it off without the cache), and says why.
     root = {"VLLM_CACHE_ROOT": "/opt/lmi/cache/vllm"}
-    for text in (ROOT_ONLY, TMPFS):
+    for text, where in ((CONTAINER, "overlay at /"), (TMPFS, "tmpfs at /opt/lmi/cache")):
         _mountinfo(monkeypatch, tmp_path, text)
         p = launcher.plan({"PATH": "/usr/bin", "HOME": "/tmp", **root})
         assert (p.env["VLLM_DISABLE_COMPILE_CACHE"], p.env["VLLM_USE_AOT_COMPILE"]) == ("1", "1")
-        where = "the root filesystem" if text == ROOT_ONLY else "a tmpfs at /opt/lmi/cache"
-        assert (f"setting disable_compile_cache=True  [default (VLLM_CACHE_ROOT /opt/lmi/cache/vllm is on {where}, "
+        assert (f"setting disable_compile_cache=True  [default (VLLM_CACHE_ROOT /opt/lmi/cache/vllm is on the {where}, "
                 "which no later start reads); launcher]") in launcher.report(p)
 
 
 def test_the_compile_cache_stays_where_a_later_start_can_read_it(monkeypatch, tmp_path):
-    # On a mount of its own (a volume), or with a compilation_config naming its own cache_dir, vLLM's default
-    # stays: no variable is handed to the engine.
+    # On a volume, on a host's own disk outside a container, or with a compilation_config naming its own
+    # cache_dir, vLLM's default stays: no variable is handed to the engine.
     _mountinfo(monkeypatch, tmp_path, VOLUME)
     assert {"VLLM_DISABLE_COMPILE_CACHE", "VLLM_USE_AOT_COMPILE"}.isdisjoint(
         _engine_env({"VLLM_CACHE_ROOT": "/opt/lmi/cache/vllm"}))
     assert "VLLM_DISABLE_COMPILE_CACHE" in _engine_env({"VLLM_CACHE_ROOT": "/opt/lmi/other"})
-    _mountinfo(monkeypatch, tmp_path, ROOT_ONLY)
+    _mountinfo(monkeypatch, tmp_path, HOST)
+    assert "VLLM_DISABLE_COMPILE_CACHE" not in _engine_env({"VLLM_CACHE_ROOT": "/opt/lmi/cache/vllm"})
+    _mountinfo(monkeypatch, tmp_path, CONTAINER)
     env = _engine_env({"OPTION_COMPILATION_CONFIG": '{"cache_dir": "/models/compiled"}'})
     assert "VLLM_DISABLE_COMPILE_CACHE" not in env
     # An unreadable mount table changes nothing either.
@@ -67,7 +69,7 @@ def test_the_compile_cache_stays_where_a_later_start_can_read_it(monkeypatch, tm
 def test_the_users_compile_cache_setting_wins(monkeypatch, tmp_path):
     # The setting or the user's own VLLM_DISABLE_COMPILE_CACHE beats the default; the setting wins over vLLM's
     # variable, and aot_compile or VLLM_USE_AOT_COMPILE over the AOT compile kept without the cache.
-    _mountinfo(monkeypatch, tmp_path, ROOT_ONLY)
+    _mountinfo(monkeypatch, tmp_path, CONTAINER)
     on = _engine_env({"OPTION_DISABLE_COMPILE_CACHE": "false", "VLLM_DISABLE_COMPILE_CACHE": "1"})
     assert on["VLLM_DISABLE_COMPILE_CACHE"] == "0" and "VLLM_USE_AOT_COMPILE" not in on
     assert _engine_env({"VLLM_DISABLE_COMPILE_CACHE": "0"})["VLLM_DISABLE_COMPILE_CACHE"] == "0"
@@ -83,11 +85,11 @@ def test_a_mount_table_is_read_as_proc_writes_it():
     from serving import compile_cache
 
     table = compile_cache.mounts(VOLUME + "43 27 0:56 / /mnt/my\\040cache rw - nfs4 srv:/x rw\nnot a mount line\n")
-    assert table == [("/", "ext4"), ("/opt/lmi/cache", "xfs"), ("/mnt/my cache", "nfs4")]
+    assert table == [("/", "overlay"), ("/opt/lmi/cache", "xfs"), ("/mnt/my cache", "nfs4")]
     assert compile_cache.mount_of(Path("/opt/lmi/cache/vllm"), table).point == "/opt/lmi/cache"
     assert compile_cache.mount_of(Path("/opt/lmi/cachex"), table).point == "/"
-    assert compile_cache.survives_container(Path("/mnt/my cache/vllm"), table).fstype == "nfs4"
-    assert compile_cache.survives_container(Path("/root/.cache/vllm"), table) is None
+    assert compile_cache.lasting_mount(Path("/mnt/my cache/vllm"), table).fstype == "nfs4"
+    assert compile_cache.lasting_mount(Path("/root/.cache/vllm"), table) is None
 
 
 def test_vllm_forks_its_engine_core_on_the_gpu_build_unless_told_to_spawn(gpu_build):

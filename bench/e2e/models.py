@@ -90,9 +90,9 @@ def parse_layers(tokens: list[str], models: list[str]) -> dict[str, int]:
 # Triton MoE path take vLLM's one-kernel SiLU-and-mul + group quantization; the image arm runs where the host's nvcc
 # is found, as stock does), and
 # "image-no-aot-compile" (vLLM's torch.compile without its AOT compile: option.aot_compile false),
-# "image-compile-cache" (vLLM's compile cache written, AOT artifacts included, where the image leaves it off on a
-# filesystem no later start reads: option.disable_compile_cache false), "image-spawn" (vLLM's engine core started as
-# a fresh interpreter that imports torch and vLLM again, as `vllm serve` does, where the image forks it:
+# "image-compile-cache" (vLLM's compile cache written, AOT artifacts included, where the image in its container
+# leaves it off: option.disable_compile_cache false, as with a cache volume), "image-spawn" (vLLM's engine core
+# started as a fresh interpreter that imports torch and vLLM again, as `vllm serve` does, where the image forks it:
 # option.worker_multiproc_method spawn),
 # "image-candidates" (the image with the files of --candidate-configs laid over configs/: how a config file not yet
 # shipped is gated beside the image), and "image-exec" (the launcher execs `vllm serve` in a fresh interpreter rather
@@ -137,6 +137,10 @@ IMAGE_ARM_SETTINGS: dict[str, dict[str, object]] = {
     "image-candidates": {},  # its configs_dir is made per run (servers.candidate_configs_dir)
     **{arm: {} for arm in IMAGE_ARM_ENGINE_ARGS},  # one vLLM flag each, no setting of the table
 }
+# What the image's launcher decides from the container's own filesystem, which the bench's host does not have:
+# VLLM_CACHE_ROOT on the container's overlay root, so its compile cache off (serving/compile_cache.py; on a host's
+# disk the launcher keeps vLLM's default). Every image arm runs with these unless its own settings say otherwise.
+CONTAINER_SETTINGS: dict[str, object] = {"disable_compile_cache": True}
 # The peers a user would pick instead of the image, each from a runtime of its own (bench/e2e/servers.py PEERS says
 # which settings of theirs match which of vLLM's, and why): "sglang" (SGLang 0.5.21's own server, its default MoE
 # runner) and "vllm-latest" (stock vLLM 0.34.0 on torch 2.14, with the stock arm's engine flags). A run refuses

@@ -15,7 +15,8 @@ from serving.settings import TABLE, to_environment
 from tools.launcher_process import Server, free_port, spawn
 
 from .config import Config
-from .models import ARM_ENV, CANDIDATES_ARM, IMAGE_ARM_ENGINE_ARGS, IMAGE_ARM_SETTINGS, NO_NVCC_ARM, PEER_ARMS, Model
+from .models import (ARM_ENV, CANDIDATES_ARM, CONTAINER_SETTINGS, IMAGE_ARM_ENGINE_ARGS, IMAGE_ARM_SETTINGS,
+                     NO_NVCC_ARM, PEER_ARMS, Model)
 
 JIT_WARNING = "JIT compilation during inference"
 MAX_NUM_SEQS = 128
@@ -208,7 +209,7 @@ def server_command(cfg: Config, model: Model, arm: str, model_dir: Path, port: i
             env.pop(k, None)
     args = {**engine_args(cfg, model, name), **IMAGE_ARM_ENGINE_ARGS.get(arm, {})}
     if arm in IMAGE_ARM_SETTINGS:
-        settings = dict(IMAGE_ARM_SETTINGS[arm])
+        settings = {**CONTAINER_SETTINGS, **IMAGE_ARM_SETTINGS[arm]}
         if arm == CANDIDATES_ARM:
             settings["configs_dir"] = str(candidate_configs_dir(cfg))
         env.update(to_environment({"model_id": str(model_dir), "host": "127.0.0.1", "port": port, **settings,
