@@ -50,13 +50,6 @@ def mount_of(path: Path, table: list[Mount]) -> Mount | None:
     return best
 
 
-def lasting_mount(root: Path, table: list[Mount]) -> Mount | None:
-    """The mount that holds the cache root where it outlives the container, or None where it does not (an
-    ephemeral filesystem) or no mount holds it."""
-    m = mount_of(Path(os.path.abspath(root)), table)
-    return None if m is None or m.fstype in EPHEMERAL else m
-
-
 def default(root: Path, user_compilation_config: Mapping | None,
             mountinfo: str | None = None) -> tuple[str, str] | None:
     """(raw value, why) for option.disable_compile_cache where the user left it unset, or None to keep vLLM's
@@ -68,8 +61,7 @@ def default(root: Path, user_compilation_config: Mapping | None,
             mountinfo = MOUNTINFO.read_text()
         except OSError:
             return None
-    table = mounts(mountinfo)
-    m = mount_of(Path(os.path.abspath(root)), table)
-    if m is None or lasting_mount(root, table) is not None:
-        return None
+    m = mount_of(Path(os.path.abspath(root)), mounts(mountinfo))
+    if m is None or m.fstype not in EPHEMERAL:
+        return None  # a filesystem that lasts (or none found): vLLM's default
     return "true", f"VLLM_CACHE_ROOT {root} is on the {m.fstype} at {m.point}, which no later start reads"

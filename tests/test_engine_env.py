@@ -84,12 +84,13 @@ def test_a_mount_table_is_read_as_proc_writes_it():
     from pathlib import Path
     from serving import compile_cache
 
-    table = compile_cache.mounts(VOLUME + "43 27 0:56 / /mnt/my\\040cache rw - nfs4 srv:/x rw\nnot a mount line\n")
+    text = VOLUME + "43 27 0:56 / /mnt/my\\040cache rw - nfs4 srv:/x rw\nnot a mount line\n"
+    table = compile_cache.mounts(text)
     assert table == [("/", "overlay"), ("/opt/lmi/cache", "xfs"), ("/mnt/my cache", "nfs4")]
     assert compile_cache.mount_of(Path("/opt/lmi/cache/vllm"), table).point == "/opt/lmi/cache"
     assert compile_cache.mount_of(Path("/opt/lmi/cachex"), table).point == "/"
-    assert compile_cache.lasting_mount(Path("/mnt/my cache/vllm"), table).fstype == "nfs4"
-    assert compile_cache.lasting_mount(Path("/root/.cache/vllm"), table) is None
+    assert compile_cache.default(Path("/mnt/my cache/vllm"), {}, text) is None
+    assert compile_cache.default(Path("/root/.cache/vllm"), {}, text)[0] == "true"
 
 
 def test_vllm_forks_its_engine_core_on_the_gpu_build_unless_told_to_spawn(gpu_build):
