@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Mapping
 
 from . import resolve
-from . import compile_cache, compile_passes, custom_code, cuda_graphs, deep_gemm, modelinfo_cache
+from . import compile_cache, compile_passes, custom_code, cuda_graphs, deep_gemm, modelinfo_cache, tuned_configs
 from .exit_codes import ExitCode
 from .paths import ROOT
 from .settings import Context, Settings, SettingValueError, parse_bool
@@ -63,6 +63,7 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     s3_url: str | None = None
     code_folder: Path | None = None  # the user's code: model.py, requirements.txt
+    configs_layout: tuned_configs.Layout | None = None  # VLLM_TUNED_CONFIG_FOLDER where the launcher names it
 
 
 def is_cpu_build() -> bool:
@@ -310,8 +311,20 @@ def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
         # faster at one client (runs 29 and 32), so it stays as vLLM has it with the cache on
         from vllm.utils.torch_utils import is_torch_equal_or_newer
         engine_env["VLLM_USE_AOT_COMPILE"] = "1" if is_torch_equal_or_newer("2.10.0") else "0"
+    configs = None
+    if s.configs_device not in (None, tuned_configs.OWN_ONLY) and s.configs_device not in (
+            have := tuned_configs.devices_in(s.configs_dir)):
+        entry = res.entries["configs_device"]
+        raise resolve.ConfigError("configs_device", entry.source,
+                                  f"{s.configs_dir} holds no fused-MoE file of the {s.configs_device} (its files are "
+                                  f"the {', '.join(have) or 'none'}'s)")
     if s.configs_dir.is_dir() and "VLLM_TUNED_CONFIG_FOLDER" not in env:
-        engine_env["VLLM_TUNED_CONFIG_FOLDER"] = str(s.configs_dir)
+        device = None if is_cpu_build() else tuned_configs.gpu_name()
+        configs = tuned_configs.layout(s.configs_dir, s.cache_dir, device, s.configs_device,
+                                       tuned_configs.vllm_configs_dir())
+        engine_env["VLLM_TUNED_CONFIG_FOLDER"] = str(configs.folder)
+        if note := tuned_configs.note(configs, s.configs_dir, device, s.configs_device):
+            notes.append(note)
     folder = custom_code.code_folder(s.custom_code_dir, kind, model_path, s.model_dir)
     engine_env[custom_code.MODEL_PATH_ENV] = str(folder)  # where mhcs looks for model.py in the engine
     found = [f.name for f in (folder / custom_code.REQUIREMENTS_FILE,) if f.is_file()]
@@ -320,7 +333,7 @@ def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
         notes.append(f"custom code in {folder}: {', '.join(found)}"
                      + ("" if s.install_requirements else " (install_requirements=false: requirements.txt not installed)"))
     engine_env["PYTHONPATH"] = engine_python_path(custom_code.CustomCode(folder).python_path(), env)
-    return Plan(s, res.entries, argv, engine_env, kind, model_path, notes, s3_url, folder)
+    return Plan(s, res.entries, argv, engine_env, kind, model_path, notes, s3_url, folder, configs)
 
 
 def engine_python_path(code_paths: list[str], env: Mapping[str, str]) -> str:
@@ -466,6 +479,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.prepare_only:
         log.info("model ready at %s (--prepare-only: not starting the engine)", p.model_path)
         return ExitCode.OK
+    if p.configs_layout is not None:
+        try:
+            tuned_configs.make(p.configs_layout)
+        except OSError as e:
+            p.env["VLLM_TUNED_CONFIG_FOLDER"] = str(p.settings.configs_dir)
+            log.warning("tuned configs: could not lay out %s (%s); vLLM reads %s, the GPU's own files only",
+                        p.configs_layout.folder, e, p.settings.configs_dir)
     cache_root = modelinfo_cache.engine_cache_root(p.env)
     seeded, failed = modelinfo_cache.seed(cache_root)
     if seeded:

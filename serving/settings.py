@@ -15,6 +15,7 @@ OpenAI server pass through unchanged (see `vllm_args.py`).
 from __future__ import annotations
 
 import dataclasses
+import re
 import typing
 from dataclasses import dataclass
 from enum import IntEnum
@@ -60,6 +61,15 @@ def parse_non_negative_int(raw: str) -> int:
 
 def parse_str(raw: str) -> str:
     return raw.strip()
+
+
+def parse_device_name(raw: str) -> str:
+    """A GPU's name as vLLM's config file names spell it (spaces as underscores), or "none"."""
+    v = raw.strip().replace(" ", "_")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", v):
+        raise SettingValueError(f"{raw!r} is not a GPU's name as config file names spell it (e.g. NVIDIA_H200) "
+                                "or none")
+    return "none" if v.lower() == "none" else v
 
 
 def parse_path(raw: str) -> Path:
@@ -444,6 +454,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("configs_dir", "Tuned fused-MoE configs handed to vLLM as VLLM_TUNED_CONFIG_FOLDER (unless that is set).",
             parse=parse_path, default=CONFIGS_DIR,
             default_text="configs/ beside serving/", env=("LMI_CONFIGS_DIR",), location=True),
+    Setting("configs_device", "The GPU whose fused-MoE files in configs_dir this GPU reads where neither "
+            "configs_dir nor vLLM holds one of its own for the shape (vLLM looks a file up by the GPU's name, spaces "
+            "as underscores, e.g. NVIDIA_H200; the launcher lays the files out under the cache directory). Unset: an "
+            "H100 80GB HBM3 reads the H200's, the same chip, where the H200's entries took 0.85-1.00x the time of "
+            "vLLM's default config at 1-512 tokens (bench/RESULTS-archive.md, kernel probe 34b); any other GPU only "
+            "its own. none: only its own. A GPU that configs_dir has no files of stops the start.",
+            parse=parse_device_name, example="NVIDIA_H200"),
     Setting("custom_code_dir", "Where the engine looks for the user's code (model.py, CUSTOM_SCRIPT_FILENAME) "
             "and requirements.txt. Unset: the model's own folder (local, the model directory, or the s3:// "
             "download), else the model directory; handed to mhcs in the engine.",
@@ -583,6 +600,7 @@ class Settings:
     model_dir: Path = Path("/opt/ml/model")
     cache_dir: Path = Path.home() / ".cache" / "lmi-fp8"
     configs_dir: Path = CONFIGS_DIR
+    configs_device: str | None = None
     custom_code_dir: Path | None = None
     custom_script_filename: str = "model.py"
     custom_ping_handler: str | None = None
