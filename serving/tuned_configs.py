@@ -4,11 +4,12 @@ vLLM looks a fused-MoE config up by the GPU's name, `E=..,N=..,device_name=<GPU>
 first, then in its own configs/; with neither it runs its default config. The image's files were tuned on an H200,
 so by name no other GPU reads them. An H100 80GB HBM3 is the same chip (GH100: 132 multiprocessors, 50 MB of L2,
 the same shared memory a multiprocessor) with less memory bandwidth; on it the H200's entries took 0.85-1.00x the
-time of vLLM's default at 1-512 tokens on the three block-FP8 EP8 ranks, and their matrix-vector entries' kernel
-0.78-1.01x that of vLLM's kernel (bench/RESULTS-archive.md, kernel probes 34b and 34c). So a GPU that reads another's
-files (READS_FILES_OF, or option.configs_device) gets a folder of its own under the cache directory: a link to each
-file of the configs folder, and each of the other GPU's fused-MoE files again under this GPU's name, wherever
-neither folder holds a file of this GPU for that shape (its own file, tuned on it, comes first).
+time of vLLM's default at 1-512 tokens on the 235B and Coder block-FP8 EP8 ranks, and where an entry holds a
+matrix-vector config (patch 0011), that kernel took 0.78-0.95x of vLLM's (bench/RESULTS-archive.md, kernel probes
+34b and 34c). So a GPU that reads another's files (READS_FILES_OF, or option.configs_device) gets a folder of its own
+under the cache directory: a link to each file of the configs folder, and each of the other GPU's fused-MoE files
+again under this GPU's name, wherever neither folder holds a file of this GPU for that shape (its own file, tuned on
+it, comes first). The block-FP8 linear layers' small-M files (patch 0010) stay the H200's own: no H100 has run them.
 """
 
 from __future__ import annotations

@@ -194,6 +194,41 @@ def test_the_start_defaults_figures_are_the_recorded_run_33():
         assert f"{statistics.median(ratios):.3f}x" in index_row_of("33")
 
 
+def test_the_h100_ep8_figures_against_sglang_are_the_recorded_run_34():
+    """The 235B EP8 shard against SGLang on an H100, none of the image's files read there: this bench's medians
+    (range) in the goals row and the archive, both clients' medians in the headline table, the archive and README,
+    the start figures in the goals row; the H200 entries' kernel ratios on the H100 come from probe 34b's bench."""
+    from bench.moe.report import t_of
+
+    model = "qwen3-235b-ep8-block@94L"
+    data = ROOT / "bench" / "data" / "h100_block_34"
+    res = json.loads((data / "e2e.json").read_text())
+    section, readme = archived("34"), (ROOT / "README.md").read_text().replace("\n", " ")
+    for clients in ("1", "8", "32", "128"):
+        ratios, cross = tok_s(res, model, clients, base="sglang")
+        assert len(ratios) == 3 and len(cross) == 2, clients
+        mine = f"{statistics.median(ratios):.3f} ({ratios[0]:.3f}-{ratios[-1]:.3f})"
+        theirs = f"{statistics.median(cross):.3f}"
+        assert mine in GOALS and f"**{statistics.median(ratios):.3f}** ({ratios[0]:.3f}-{ratios[-1]:.3f})" in section
+        assert f"**{statistics.median(ratios):.3f}x**" in HEADLINE and f"{theirs}x" in HEADLINE, clients
+        assert f"{statistics.median(ratios):.3f}x" in index_row_of("34") and theirs in section, clients
+        assert f"{statistics.median(ratios):.3f}x" in readme, clients
+    assert start_against(res, model, "sglang") in GOALS
+    # probe 34b on the H100: the H200 entries (w13 + w2) over vLLM's default, the archive's rows
+    assert json.loads((data / "kernels" / "meta_h100.json").read_text())["device"] == "NVIDIA H100 80GB HBM3"
+    rows = json.loads((data / "kernels" / "bench_h100.json").read_text())["rows"]
+    times: dict = {}
+    for r in rows:
+        times.setdefault((r["shape"], r["M"], r["variant"]), 0.0)
+        times[(r["shape"], r["M"], r["variant"])] += t_of(r)
+    for shape, row in (("qwen3-235b-ep8", "| 235B EP8"), ("qwen3-coder-480b-ep8", "| Coder EP8")):
+        ratio = {m: times[(shape, m, "ours")] / times[(shape, m, "stock")] for s_, m, v in times if s_ == shape}
+        line = next(ln for ln in section.splitlines() if ln.startswith(row))
+        big = sorted(ratio[m] for m in (96, 128, 256, 512))
+        assert f"**{ratio[1]:.3f}**" in line and f"**{big[0]:.3f}-{big[-1]:.3f}**" in line, shape
+        assert max(ratio.values()) < 1.005, shape
+
+
 def test_the_235b_ep8_gemv_and_vllm_034_figures_are_the_recorded_run_20():
     """The headline's 235B EP8 figures with patch 0011's entries (image-candidates/stock) and its stock vLLM 0.34
     figures (image/vllm-latest), from both clients, are run 20's."""

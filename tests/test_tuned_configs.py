@@ -98,3 +98,12 @@ def test_a_later_start_lays_the_folder_out_again(tmp_path):
 def test_every_twin_the_table_names_has_files_in_configs():
     assert set(tuned_configs.READS_FILES_OF.values()) <= set(tuned_configs.devices_in(CONFIGS_DIR))
     assert tuned_configs.vllm_configs_dir().is_dir()  # vLLM's own files, found without importing vLLM
+
+
+def test_the_benchs_h100_small_m_candidates_are_the_shipped_files_renamed():
+    # run 34's next lease lays these over configs/ for the image-candidates arm on an H100
+    folder = CONFIGS_DIR.parent / "bench" / "data" / "h100_block_34" / "small_m_h100"
+    shipped = sorted(CONFIGS_DIR.glob("N=*small_m.json"))
+    assert sorted(f.name for f in folder.iterdir()) == sorted(f.name.replace("NVIDIA_H200", H100) for f in shipped)
+    for f in shipped:
+        assert (folder / f.name.replace("NVIDIA_H200", H100)).read_bytes() == f.read_bytes()
