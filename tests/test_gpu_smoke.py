@@ -133,3 +133,19 @@ def test_concurrency_sweep_compiles_nothing(fp8_server):
     print(f"sweep {SWEEP}: {jit} JIT warnings, {len(new_entries)} new Triton cache entries")
     assert jit == 0, [ln for ln in fp8_server.log().splitlines() if JIT_WARNING in ln]
     assert not new_entries, new_entries[:20]
+
+
+def test_the_engine_reads_tuned_files_named_for_this_gpu(fp8_server):
+    """vLLM finds a fused-MoE file by the GPU's name: on a GPU that reads another's files (an H100 80GB HBM3 the
+    H200's) the folder handed to the engine holds them under this GPU's name, and the start log says so."""
+    from serving import tuned_configs
+    from serving.paths import CONFIGS_DIR
+
+    device = tuned_configs.gpu_name()
+    log = fp8_server.log()
+    folder = Path(re.search(r"env VLLM_TUNED_CONFIG_FOLDER=(\S+)", log)[1])
+    print(f"GPU {device}; tuned folder {folder}")
+    if device in tuned_configs.READS_FILES_OF:
+        assert f"tuned configs: the {device} reads" in log, log[-3000:]
+    if device in (*tuned_configs.READS_FILES_OF, *tuned_configs.devices_in(CONFIGS_DIR)):
+        assert list(folder.glob(f"E=*,device_name={device},*.json")), (device, folder)
