@@ -48,7 +48,6 @@ def test_a_gpu_keeps_a_file_of_its_own(tmp_path):
     (vllm_dir / own).write_text("{}")
     lay = tuned_configs.layout(configs, tmp_path / "cache", H100, None, vllm_dir)
     assert own not in lay.borrowed and lay.borrowed
-    (configs / config_file_name(16, 1536, [128, 128], device_name=H100)).write_text("{}")
     for f in configs.glob("E=*NVIDIA_H200*"):
         shutil.copy(f, configs / f.name.replace("NVIDIA_H200", H100))
     assert tuned_configs.layout(configs, tmp_path / "cache", H100, None, vllm_dir) == tuned_configs.Layout(configs)
