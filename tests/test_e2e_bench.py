@@ -1031,6 +1031,30 @@ def test_the_settings_table_is_the_one_results_shows_and_sglangs_log_is_not_coun
     assert servers.log_facts(SimpleNamespace(log=lambda: "", name="m.vllm-latest"))["jit_warnings"] == 0
 
 
+def test_a_server_that_ran_a_default_moe_config_is_named_in_the_summary():
+    """Run 34's logs on an H100 (bench/data/h100_block_34): the image found no tuned file named for that GPU, SGLang
+    neither (its w13 and w2 files); e2e.md names each server and the files."""
+    import tarfile
+
+    logs = tarfile.open(ROOT / "bench" / "data" / "h100_block_34" / "e2e-logs.tar.gz")
+    found = {}
+    for member in logs.getmembers():
+        text = logs.extractfile(member).read().decode(errors="replace") if member.isfile() else None
+        if text is not None:
+            name = Path(member.name).stem
+            found[name] = servers.log_facts(SimpleNamespace(log=lambda t=text: t, name=name))["moe_configs_not_found"]
+    shape = "E=16,N=1536,device_name=NVIDIA_H100_80GB_HBM3,dtype=fp8_w8a8,block_shape="
+    assert found == {"qwen3-235b-ep8-block@94L.image": [shape + "[128,128].json"],
+                     "qwen3-235b-ep8-block@94L.sglang": [shape + "[128, 128].json", shape + "[128, 128]_down.json"]}
+    results = json.loads((ROOT / "bench" / "data" / "h100_block_34" / "e2e.json").read_text())
+    for name, missing in found.items():
+        results["servers"][name]["moe_configs_not_found"] = missing
+    summary = report.summarize(results)
+    assert (f"- qwen3-235b-ep8-block@94L.image: no tuned fused-MoE file found, the engine's default config ran: "
+            f"{shape}[128,128].json") in summary.splitlines()
+    assert servers.log_facts(SimpleNamespace(log=lambda: "", name="m.image"))["moe_configs_not_found"] == []
+
+
 def test_the_summary_puts_the_image_against_each_peer():
     """Run 3's Qwen3-Coder figures with two made-up peers: the arm/stock rows stay as they were, each peer gets its
     rows against stock beside them, and a table of image/peer ratios (paired per repetition) follows, one row per

@@ -292,6 +292,14 @@ def kv_notes(results: dict) -> list[str]:
     return [""] + notes if notes else []
 
 
+def moe_config_notes(results: dict) -> list[str]:
+    """A line for each server that ran a default fused-MoE config: no tuned file of its GPU held the shape (servers
+    recorded with moe_configs_not_found)."""
+    notes = [f"- {name}: no tuned fused-MoE file found, the engine's default config ran: {', '.join(missing)}"
+             for name, s in results["servers"].items() if (missing := s.get("moe_configs_not_found"))]
+    return [""] + notes if notes else []
+
+
 def summarize(results: dict) -> str:
     """e2e.md from e2e.json's results."""
     out = stock_table(results)
@@ -314,4 +322,5 @@ def summarize(results: dict) -> str:
         out.append(f"| {name} | {s.get('ready_s') or s.get('failed')} | {s.get('first_ttft_ms', '-')} | "
                    f"{'not counted' if jit is None else jit} | {s.get('flashinfer_jit_builds', '-')} | "
                    f"{prefix_cache_cell(s)} |")
+    out += moe_config_notes(results)
     return "\n".join(out).lstrip("\n") + "\n"

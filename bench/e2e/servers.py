@@ -297,9 +297,15 @@ def inductor_picks(home: Path) -> dict[str, dict]:
     return picks
 
 
+# vLLM's and SGLang's warning that no tuned fused-MoE file of this GPU holds a shape (each then runs its default
+# config): the file name it looked for, SGLang's w2 file ending in _down
+MOE_CONFIG_NOT_FOUND = re.compile(r"Config file not found at (?:[^\s,]*/)?(E=\d+,N=\d+,device_name=[^,]+,dtype=[^,]+"
+                                  r"(?:,block_shape=\[\d+, ?\d+\])?(?:_down)?\.json)")
+
+
 def log_facts(s: Server) -> dict:
-    """What the engine log says about routing, warm-up, FlashInfer, the KV pool and JIT compiles. SGLang logs no
-    compile while serving: its count is None (not counted), not 0."""
+    """What the engine log says about routing, warm-up, FlashInfer, the KV pool, JIT compiles and the fused-MoE
+    files it did not find. SGLang logs no compile while serving: its count is None (not counted), not 0."""
     text = s.log()
     pick = re.compile(r"Fp8 MoE backend|TRITON preferred|Warming up the fused-MoE|FlashInfer|Building JIT module|"
                       r"nvcc|Using .*MoE|moe backend|does not support the deployment|"
@@ -311,4 +317,5 @@ def log_facts(s: Server) -> dict:
             lines.append(ln[-300:])
     sglang = s.name.endswith(".sglang")
     return {"jit_warnings": None if sglang else text.count(JIT_WARNING),
-            "flashinfer_jit_builds": text.count("Building JIT module"), "log_lines": lines}
+            "flashinfer_jit_builds": text.count("Building JIT module"), "log_lines": lines,
+            "moe_configs_not_found": sorted(set(MOE_CONFIG_NOT_FOUND.findall(text)))}
