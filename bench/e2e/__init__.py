@@ -23,7 +23,9 @@ Per arm and repetition:
   client counts them);
 and per server: time from start to the first /ping 200, the first request's time to first token,
 the time to first token of the first request at each new concurrency (the warm-up pass), and
-the count of vLLM's "JIT compilation during inference" warnings. With --profile, a torch-profiler
+the count of vLLM's "JIT compilation during inference" warnings, and the fused-MoE config files its
+engine looked for and did not find (it ran its default config there; e2e.md names them: a GPU the
+tuned files do not reach). With --profile, a torch-profiler
 trace of a short run at 1 and 32 clients gives each arm's GPU time by kernel class.
 
 Both arms take OpenAI bodies on /v1/completions (stock vLLM has no LMI bodies); what LMI bodies

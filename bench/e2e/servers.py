@@ -310,7 +310,7 @@ def log_facts(s: Server) -> dict:
     pick = re.compile(r"Fp8 MoE backend|TRITON preferred|Warming up the fused-MoE|FlashInfer|Building JIT module|"
                       r"nvcc|Using .*MoE|moe backend|does not support the deployment|"
                       r"KV cache size|KV Cache is allocated|max_total_num_tokens|MoE kernel config|moe_runner|"
-                      r"DeepGEMM|deep_gemm|Capture cuda graph", re.I)
+                      r"DeepGEMM|deep_gemm|Capture cuda graph|tuned configs:", re.I)
     lines = []
     for ln in text.splitlines():
         if pick.search(ln) and len(lines) < 40:
