@@ -323,8 +323,8 @@ def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
         configs = tuned_configs.layout(s.configs_dir, s.cache_dir, device, s.configs_device,
                                        tuned_configs.vllm_configs_dir())
         engine_env["VLLM_TUNED_CONFIG_FOLDER"] = str(configs.folder)
-        if note := tuned_configs.note(configs, s.configs_dir, device, s.configs_device):
-            notes.append(note)
+        if configs.note:
+            notes.append(configs.note)
     folder = custom_code.code_folder(s.custom_code_dir, kind, model_path, s.model_dir)
     engine_env[custom_code.MODEL_PATH_ENV] = str(folder)  # where mhcs looks for model.py in the engine
     found = [f.name for f in (folder / custom_code.REQUIREMENTS_FILE,) if f.is_file()]

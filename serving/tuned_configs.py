@@ -64,11 +64,13 @@ def gpu_name() -> str | None:
 @dataclass(frozen=True)
 class Layout:
     """What the engine reads: `folder` (VLLM_TUNED_CONFIG_FOLDER) and, where it is not the configs folder itself,
-    the links it holds (a file name -> the file it points at), `borrowed` of them another GPU's files."""
+    the links it holds (a file name -> the file it points at), `borrowed` of them another GPU's files, and the start
+    log's line saying so (`note`)."""
 
     folder: Path
     links: dict[str, Path] = field(default_factory=dict)
     borrowed: tuple[str, ...] = ()
+    note: str | None = None
 
 
 def layout(configs_dir: Path, cache_dir: Path, device: str | None, configs_device: str | None,
@@ -89,18 +91,12 @@ def layout(configs_dir: Path, cache_dir: Path, device: str | None, configs_devic
             borrowed[name] = f
     if not borrowed:
         return Layout(configs_dir)
-    return Layout(cache_dir / FOLDER / device, {f.name: f for f in files} | borrowed, tuple(borrowed))
-
-
-def note(lay: Layout, configs_dir: Path, device: str | None, configs_device: str | None) -> str | None:
-    """The start log's line on a folder of links (None for the configs folder itself)."""
-    if not lay.borrowed:
-        return None
-    source = READS_FILES_OF.get(device or "") if configs_device is None else configs_device
+    folder = cache_dir / FOLDER / device
     why = "the same chip" if configs_device is None else "option.configs_device"
-    return (f"tuned configs: the {device} reads {len(lay.borrowed)} fused-MoE file(s) of the {source} ({why}) that "
-            f"neither {configs_dir} nor vLLM holds for it, from {lay.folder} (option.configs_device={OWN_ONLY}: "
-            "its own files only)")
+    note = (f"tuned configs: the {device} reads {len(borrowed)} fused-MoE file(s) of the {source} ({why}) that "
+            f"neither {configs_dir} nor vLLM holds for it, from {folder} (option.configs_device={OWN_ONLY}: its own "
+            "files only)")
+    return Layout(folder, {f.name: f for f in files} | borrowed, tuple(borrowed), note)
 
 
 def make(lay: Layout) -> None:
