@@ -316,7 +316,7 @@ def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
             have := tuned_configs.devices_in(s.configs_dir)):
         entry = res.entries["configs_device"]
         raise resolve.ConfigError("configs_device", entry.source,
-                                  f"{s.configs_dir} holds no fused-MoE file of the {s.configs_device} "
+                                  f"{s.configs_dir} holds no tuned file of the {s.configs_device} "
                                   + (f"(its files are the {', '.join(have)}'s)" if have else "(it holds none)"))
     if s.configs_dir.is_dir() and "VLLM_TUNED_CONFIG_FOLDER" not in env:
         device = None if is_cpu_build() else tuned_configs.gpu_name()

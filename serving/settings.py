@@ -454,12 +454,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("configs_dir", "Tuned fused-MoE configs handed to vLLM as VLLM_TUNED_CONFIG_FOLDER (unless that is set).",
             parse=parse_path, default=CONFIGS_DIR,
             default_text="configs/ beside serving/", env=("LMI_CONFIGS_DIR",), location=True),
-    Setting("configs_device", "The GPU whose fused-MoE files in configs_dir this GPU reads where neither "
-            "configs_dir nor vLLM holds one of its own for the shape (vLLM looks a file up by the GPU's name, spaces "
-            "as underscores, e.g. NVIDIA_H200; the launcher lays the files out under the cache directory). Unset: an "
-            "H100 80GB HBM3 reads the H200's, the same chip, where the H200's entries took 0.85-1.00x the time of "
-            "vLLM's default config at 1-512 tokens (bench/RESULTS-archive.md, kernel probe 34b); any other GPU only "
-            "its own. none: only its own. A GPU that configs_dir has no files of stops the start.",
+    Setting("configs_device", "The GPU whose tuned files in configs_dir (fused-MoE configs and patch 0010's "
+            "small-M files) this GPU reads where neither configs_dir nor vLLM holds one of its own for the shape (vLLM "
+            "looks a file up by the GPU's name, spaces as underscores, e.g. NVIDIA_H200; the launcher lays the files "
+            "out under the cache directory). Unset: an H100 80GB HBM3 reads the H200's, the same chip, where the "
+            "H200's fused-MoE entries took 0.85-1.00x the time of vLLM's default config at 1-512 tokens (kernel probe "
+            "34b) and the Qwen3-235B EP8 shard served 1.089x the tokens/s at 8 clients and 1.053x at 32 with the "
+            "small-M files than without (bench/RESULTS-archive.md, run 36); any other GPU only its own. none: only "
+            "its own. A GPU that configs_dir has no files of stops the start.",
             parse=parse_device_name, example="NVIDIA_H200"),
     Setting("custom_code_dir", "Where the engine looks for the user's code (model.py, CUSTOM_SCRIPT_FILENAME) "
             "and requirements.txt. Unset: the model's own folder (local, the model directory, or the s3:// "

@@ -1,15 +1,17 @@
 """The folder of tuned configs handed to vLLM (VLLM_TUNED_CONFIG_FOLDER), and the GPUs that read another GPU's files.
 
 vLLM looks a fused-MoE config up by the GPU's name, `E=..,N=..,device_name=<GPU>,dtype=...json`, in the tuned folder
-first, then in its own configs/; with neither it runs its default config. The image's files were tuned on an H200,
-so by name no other GPU reads them. An H100 80GB HBM3 is the same chip (GH100: 132 multiprocessors, 50 MB of L2,
-the same shared memory a multiprocessor) with less memory bandwidth; on it the H200's entries took 0.85-1.00x the
-time of vLLM's default at 1-512 tokens on the 235B and Coder block-FP8 EP8 ranks, and where an entry holds a
-matrix-vector config (patch 0011), that kernel took 0.78-0.95x of vLLM's (bench/RESULTS-archive.md, kernel probes
-34b and 34c). So a GPU that reads another's files (READS_FILES_OF, or option.configs_device) gets a folder of its own
-under the cache directory: a link to each file of the configs folder, and each of the other GPU's fused-MoE files
-again under this GPU's name, wherever neither folder holds a file of this GPU for that shape (its own file, tuned on
-it, comes first). The block-FP8 linear layers' small-M files (patch 0010) stay the H200's own: no H100 has run them.
+first, then in its own configs/; with neither it runs its default config. Patch 0010 finds a block-FP8 linear layer's
+small-M file, `N=..,K=..,device_name=<GPU>,...,small_m.json`, the same way in the tuned folder; without one CUTLASS
+runs. The image's files were tuned on an H200, so by name no other GPU reads them. An H100 80GB HBM3 is the same chip
+(GH100: 132 multiprocessors, 50 MB of L2, the same shared memory a multiprocessor) with less memory bandwidth. On it
+the H200's fused-MoE entries took 0.85-1.00x the time of vLLM's default at 1-512 tokens on the 235B and Coder
+block-FP8 EP8 ranks, and patch 0011's matrix-vector entries 0.78-0.95x of vLLM's kernel (bench/RESULTS-archive.md,
+kernel probes 34b and 34c); in the engine, the 235B EP8 shard with the H200's small-M files read as the H100's made
+1.089x the tokens/s at 8 clients and 1.053x at 32 (run 36). So a GPU that reads another's files (READS_FILES_OF, or
+option.configs_device) gets a folder of its own under the cache directory: a link to each file of the configs folder,
+and each of the other GPU's tuned files again under this GPU's name, wherever neither folder holds a file of this GPU
+for that shape (its own file, tuned on it, comes first).
 """
 
 from __future__ import annotations
@@ -25,19 +27,27 @@ READS_FILES_OF = {"NVIDIA_H100_80GB_HBM3": "NVIDIA_H200"}
 OWN_ONLY = "none"
 # Under the cache directory: one folder per GPU that reads another's files
 FOLDER = "tuned-configs"
-_FUSED_MOE_FILE = re.compile(
-    r"^E=\d+,N=\d+,device_name=(?P<device>[^,]+),dtype=[^,]+(,block_shape=\[\d+,\d+\])?\.json$")
+# A tuned file's name: a fused-MoE config (E=..,N=..) or patch 0010's small-M file of a linear layer (N=..,K=..)
+_TUNED_FILE = re.compile(
+    r"^(?P<shape>E=\d+,N=\d+|N=\d+,K=\d+),device_name=(?P<device>[^,]+),dtype=[^,]+(,block_shape=\[\d+,\d+\])?"
+    r"(?P<small_m>,small_m)?\.json$")
 
 
-def fused_moe_device(name: str) -> str | None:
-    """The GPU a fused-MoE config file is named for (None: not such a file)."""
-    m = _FUSED_MOE_FILE.match(name)
+def tuned_file_device(name: str) -> str | None:
+    """The GPU a tuned file (fused-MoE or small-M) is named for (None: not such a file)."""
+    m = _TUNED_FILE.match(name)
     return m["device"] if m else None
 
 
+def is_small_m(name: str) -> bool:
+    """Whether a tuned file is patch 0010's small-M file of a block-FP8 linear layer."""
+    m = _TUNED_FILE.match(name)
+    return bool(m and m["small_m"])
+
+
 def devices_in(configs_dir: Path) -> list[str]:
-    """The GPUs the fused-MoE files of configs_dir are named for, sorted."""
-    return sorted({d for f in configs_dir.glob("E=*.json") if (d := fused_moe_device(f.name))})
+    """The GPUs the tuned files of configs_dir are named for, sorted."""
+    return sorted({d for f in configs_dir.glob("*.json") if (d := tuned_file_device(f.name))})
 
 
 def vllm_configs_dir() -> Path | None:
@@ -84,7 +94,7 @@ def layout(configs_dir: Path, cache_dir: Path, device: str | None, configs_devic
     files = sorted(f for f in configs_dir.iterdir() if f.is_file())
     borrowed = {}
     for f in files:
-        if fused_moe_device(f.name) != source:
+        if tuned_file_device(f.name) != source:
             continue
         name = f.name.replace(f",device_name={source},", f",device_name={device},")
         if not (configs_dir / name).exists() and not (vllm_dir is not None and (vllm_dir / name).exists()):
@@ -93,9 +103,10 @@ def layout(configs_dir: Path, cache_dir: Path, device: str | None, configs_devic
         return Layout(configs_dir)
     folder = cache_dir / FOLDER / device
     why = "the same chip" if configs_device is None else "option.configs_device"
-    note = (f"tuned configs: the {device} reads {len(borrowed)} fused-MoE file(s) of the {source} ({why}) that "
-            f"neither {configs_dir} nor vLLM holds for it, from {folder} (option.configs_device={OWN_ONLY}: its own "
-            "files only)")
+    small_m = sum(map(is_small_m, borrowed))
+    note = (f"tuned configs: the {device} reads {len(borrowed) - small_m} fused-MoE and {small_m} small-M file(s) of "
+            f"the {source} ({why}) that neither {configs_dir} nor vLLM holds for it, from {folder} "
+            f"(option.configs_device={OWN_ONLY}: its own files only)")
     return Layout(folder, {f.name: f for f in files} | borrowed, tuple(borrowed), note)
 
 

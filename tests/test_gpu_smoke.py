@@ -136,8 +136,9 @@ def test_concurrency_sweep_compiles_nothing(fp8_server):
 
 
 def test_the_engine_reads_tuned_files_named_for_this_gpu(fp8_server):
-    """vLLM finds a fused-MoE file by the GPU's name: on a GPU that reads another's files (an H100 80GB HBM3 the
-    H200's) the folder handed to the engine holds them under this GPU's name, and the start log says so."""
+    """vLLM finds a fused-MoE file, and patch 0010 a small-M file, by the GPU's name: on a GPU that reads another's
+    files (an H100 80GB HBM3 the H200's) the folder handed to the engine holds them under this GPU's name, and the
+    start log says so."""
     from serving import tuned_configs
     from serving.paths import CONFIGS_DIR
 
@@ -147,5 +148,6 @@ def test_the_engine_reads_tuned_files_named_for_this_gpu(fp8_server):
     print(f"GPU {device}; tuned folder {folder}")
     if device in tuned_configs.READS_FILES_OF:
         assert f"tuned configs: the {device} reads" in log, log[-3000:]
+        assert list(folder.glob(f"N=*,device_name={device},*small_m.json")), (device, folder)
     if device in (*tuned_configs.READS_FILES_OF, *tuned_configs.devices_in(CONFIGS_DIR)):
         assert list(folder.glob(f"E=*,device_name={device},*.json")), (device, folder)

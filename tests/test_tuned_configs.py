@@ -23,20 +23,27 @@ def _plan(monkeypatch, tmp_path, device: str | None, **env: str) -> launcher.Pla
 
 def test_an_h100_reads_the_h200_files_vllm_has_none_of(gpu_build, monkeypatch, tmp_path):
     # On an H100 80GB HBM3 the engine reads a folder under the cache directory: every file of configs/ and each
-    # H200 fused-MoE file again under the H100's name (vLLM has no FP8 file of its own for these shapes there),
-    # each the same entries as the H200's; the start log says so.
+    # H200 fused-MoE and small-M file again under the H100's name (vLLM has no FP8 file of its own for these
+    # shapes there), each the same entries as the H200's; the start log says so.
     p = _plan(monkeypatch, tmp_path, H100)
     folder = tmp_path / tuned_configs.FOLDER / H100
     assert p.env["VLLM_TUNED_CONFIG_FOLDER"] == str(folder)
-    h200 = [f.name for f in CONFIGS_DIR.glob("E=*device_name=NVIDIA_H200,*.json")]
-    assert sorted(p.configs_layout.borrowed) == sorted(n.replace("NVIDIA_H200", H100) for n in h200)
-    assert any(line.startswith(f"tuned configs: the {H100} reads {len(h200)} fused-MoE file(s) of the NVIDIA_H200")
-               for line in launcher.report(p))
+    moe = [f.name for f in CONFIGS_DIR.glob("E=*device_name=NVIDIA_H200,*.json")]
+    small_m = [f.name for f in CONFIGS_DIR.glob("N=*device_name=NVIDIA_H200,*small_m.json")]
+    assert moe and small_m
+    assert sorted(p.configs_layout.borrowed) == sorted(n.replace("NVIDIA_H200", H100) for n in moe + small_m)
+    assert any(line.startswith(f"tuned configs: the {H100} reads {len(moe)} fused-MoE and {len(small_m)} small-M "
+                               "file(s) of the NVIDIA_H200") for line in launcher.report(p))
     tuned_configs.make(p.configs_layout)
     assert sorted(f.name for f in folder.iterdir()) == sorted(
         [f.name for f in CONFIGS_DIR.iterdir() if f.is_file()] + list(p.configs_layout.borrowed))
     ours = folder / config_file_name(*SHAPE, device_name=H100)
     assert json.loads(ours.read_text()) == json.loads((CONFIGS_DIR / config_file_name(*SHAPE)).read_text())
+    # the small-M files as run 36 served them on an H100 (bench/data/h100_block_34/small_m_h100, laid over configs/)
+    served = CONFIGS_DIR.parent / "bench" / "data" / "h100_block_34" / "small_m_h100"
+    assert sorted(f.name for f in served.iterdir()) == sorted(n for n in p.configs_layout.borrowed if "small_m" in n)
+    for f in served.iterdir():
+        assert (folder / f.name).read_bytes() == f.read_bytes()
 
 
 def test_a_gpu_keeps_a_file_of_its_own(tmp_path):
@@ -48,7 +55,7 @@ def test_a_gpu_keeps_a_file_of_its_own(tmp_path):
     (vllm_dir / own).write_text("{}")
     lay = tuned_configs.layout(configs, tmp_path / "cache", H100, None, vllm_dir)
     assert own not in lay.borrowed and lay.borrowed
-    for f in configs.glob("E=*NVIDIA_H200*"):
+    for f in configs.glob("*NVIDIA_H200*"):
         shutil.copy(f, configs / f.name.replace("NVIDIA_H200", H100))
     assert tuned_configs.layout(configs, tmp_path / "cache", H100, None, vllm_dir) == tuned_configs.Layout(configs)
 
@@ -75,7 +82,7 @@ def test_a_configs_device_without_files_stops_the_start(monkeypatch, tmp_path):
     with pytest.raises(resolve.ConfigError) as e:
         _plan(monkeypatch, tmp_path, H100, OPTION_CONFIGS_DEVICE="NVIDIA_A100")
     assert str(e.value).startswith("configs_device from env OPTION_CONFIGS_DEVICE: ")
-    assert "holds no fused-MoE file of the NVIDIA_A100 (its files are the NVIDIA_H200's)" in str(e.value)
+    assert "holds no tuned file of the NVIDIA_A100 (its files are the NVIDIA_H200's)" in str(e.value)
     with pytest.raises(resolve.ConfigError, match="is not a GPU's name as config file names spell it"):
         _plan(monkeypatch, tmp_path, H100, OPTION_CONFIGS_DEVICE="../H200")
 
@@ -97,12 +104,3 @@ def test_a_later_start_lays_the_folder_out_again(tmp_path):
 def test_every_twin_the_table_names_has_files_in_configs():
     assert set(tuned_configs.READS_FILES_OF.values()) <= set(tuned_configs.devices_in(CONFIGS_DIR))
     assert tuned_configs.vllm_configs_dir().is_dir()  # vLLM's own files, found without importing vLLM
-
-
-def test_the_benchs_h100_small_m_candidates_are_the_shipped_files_renamed():
-    # run 34's next lease lays these over configs/ for the image-candidates arm on an H100
-    folder = CONFIGS_DIR.parent / "bench" / "data" / "h100_block_34" / "small_m_h100"
-    shipped = sorted(CONFIGS_DIR.glob("N=*small_m.json"))
-    assert sorted(f.name for f in folder.iterdir()) == sorted(f.name.replace("NVIDIA_H200", H100) for f in shipped)
-    for f in shipped:
-        assert (folder / f.name.replace("NVIDIA_H200", H100)).read_bytes() == f.read_bytes()
