@@ -460,7 +460,7 @@ SETTINGS: tuple[Setting, ...] = (
             "out under the cache directory). Unset: an H100 80GB HBM3 reads the H200's, the same chip, where the "
             "H200's fused-MoE entries took 0.85-1.00x the time of vLLM's default config at 1-512 tokens (kernel probe "
             "34b) and the Qwen3-235B EP8 shard served 1.089x the tokens/s at 8 clients and 1.053x at 32 with the "
-            "small-M files than without (bench/RESULTS-archive.md, run 36); any other GPU only its own. none: only "
+            "small-M files than without (bench/RESULTS-archive.md, run 35b); any other GPU only its own. none: only "
             "its own. A GPU that configs_dir has no files of stops the start.",
             parse=parse_device_name, example="NVIDIA_H200"),
     Setting("custom_code_dir", "Where the engine looks for the user's code (model.py, CUSTOM_SCRIPT_FILENAME) "

@@ -8,7 +8,7 @@ runs. The image's files were tuned on an H200, so by name no other GPU reads the
 the H200's fused-MoE entries took 0.85-1.00x the time of vLLM's default at 1-512 tokens on the 235B and Coder
 block-FP8 EP8 ranks, and patch 0011's matrix-vector entries 0.78-0.95x of vLLM's kernel (bench/RESULTS-archive.md,
 kernel probes 34b and 34c); in the engine, the 235B EP8 shard with the H200's small-M files read as the H100's made
-1.089x the tokens/s at 8 clients and 1.053x at 32 (run 36). So a GPU that reads another's files (READS_FILES_OF, or
+1.089x the tokens/s at 8 clients and 1.053x at 32 (run 35b). So a GPU that reads another's files (READS_FILES_OF, or
 option.configs_device) gets a folder of its own under the cache directory: a link to each file of the configs folder,
 and each of the other GPU's tuned files again under this GPU's name, wherever neither folder holds a file of this GPU
 for that shape (its own file, tuned on it, comes first).

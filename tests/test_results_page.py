@@ -194,26 +194,49 @@ def test_the_start_defaults_figures_are_the_recorded_run_33():
         assert f"{statistics.median(ratios):.3f}x" in index_row_of("33")
 
 
-def test_the_h100_ep8_figures_against_sglang_are_the_recorded_run_34():
-    """The 235B EP8 shard against SGLang on an H100, none of the image's files read there: this bench's medians
-    (range) in the goals row and the archive, both clients' medians in the headline table, the archive and README,
-    the start figures in the goals row; the H200 entries' kernel ratios on the H100 come from probe 34b's bench."""
+def test_the_h100_ep8_figures_against_sglang_are_the_recorded_runs_34_and_35():
+    """The 235B EP8 shard against SGLang on an H100: run 34 (none of the image's files read there) in its archive
+    section and index row; run 35 (the H200's fused-MoE files read as the H100's) and 35b (the small-M files too)
+    in the goals row, the headline, the archive and README; the H200 entries' kernel ratios on the H100 come from
+    probe 34b's bench."""
     from bench.moe.report import t_of
 
     model = "qwen3-235b-ep8-block@94L"
     data = ROOT / "bench" / "data" / "h100_block_34"
+    readme = (ROOT / "README.md").read_text().replace("\n", " ")
     res = json.loads((data / "e2e.json").read_text())
-    section, readme = archived("34"), (ROOT / "README.md").read_text().replace("\n", " ")
+    for clients in ("1", "8", "32", "128"):
+        ratios, cross = tok_s(res, model, clients, base="sglang")
+        assert len(ratios) == 3 and len(cross) == 2, clients
+        assert f"**{statistics.median(ratios):.3f}** ({ratios[0]:.3f}-{ratios[-1]:.3f})" in archived("34"), clients
+        assert f"{statistics.median(ratios):.3f}x" in index_row_of("34") and f"{statistics.median(cross):.3f}" in \
+            archived("34"), clients
+    for clients in ("8", "32", "128"):  # run 34's in the goals row and README too
+        assert f"{statistics.median(tok_s(res, model, clients, base='sglang')[0]):.3f}" in GOALS, clients
+        assert f"{statistics.median(tok_s(res, model, clients, base='sglang')[0]):.3f}x" in readme, clients
+    new = ROOT / "bench" / "data" / "h100_block_35"
+    res = json.loads((new / "e2e.json").read_text())
+    assert res["servers"][f"{model}.image"]["moe_configs_not_found"] == []  # the H200's files, read as the H100's
     for clients in ("1", "8", "32", "128"):
         ratios, cross = tok_s(res, model, clients, base="sglang")
         assert len(ratios) == 3 and len(cross) == 2, clients
         mine = f"{statistics.median(ratios):.3f} ({ratios[0]:.3f}-{ratios[-1]:.3f})"
         theirs = f"{statistics.median(cross):.3f}"
-        assert mine in GOALS and f"**{statistics.median(ratios):.3f}** ({ratios[0]:.3f}-{ratios[-1]:.3f})" in section
+        assert mine in GOALS and f"**{statistics.median(ratios):.3f}** ({ratios[0]:.3f}-{ratios[-1]:.3f})" in \
+            archived("35"), clients
         assert f"**{statistics.median(ratios):.3f}x**" in HEADLINE and f"{theirs}x" in HEADLINE, clients
-        assert f"{statistics.median(ratios):.3f}x" in index_row_of("34") and theirs in section, clients
-        assert f"{statistics.median(ratios):.3f}x" in readme, clients
+        assert f"{statistics.median(ratios):.3f}x" in index_row_of("35") and theirs in archived("35"), clients
+        assert f"{statistics.median(ratios):.3f}x" in readme and f"{theirs}x" in readme, clients
     assert start_against(res, model, "sglang") in GOALS
+    small_m = json.loads((new / "e2e-small-m.json").read_text())
+    for clients in ("8", "32"):
+        ratios, _ = tok_s(small_m, model, clients, arm="image-candidates", base="image")
+        assert len(ratios) == 3, clients
+        figure = f"{statistics.median(ratios):.3f} ({ratios[0]:.3f}-{ratios[-1]:.3f})"
+        assert figure in GOALS and f"**{statistics.median(ratios):.3f}** ({ratios[0]:.3f}-{ratios[-1]:.3f})" in \
+            archived("35"), clients
+        assert f"{statistics.median(ratios):.3f}x" in HEADLINE and f"{statistics.median(ratios):.3f}x" in readme
+        assert f"{statistics.median(ratios):.3f}x" in index_row_of("35"), clients
     # probe 34b on the H100: the H200 entries (w13 + w2) over vLLM's default, the archive's rows
     assert json.loads((data / "kernels" / "meta_h100.json").read_text())["device"] == "NVIDIA H100 80GB HBM3"
     rows = json.loads((data / "kernels" / "bench_h100.json").read_text())["rows"]
@@ -223,7 +246,7 @@ def test_the_h100_ep8_figures_against_sglang_are_the_recorded_run_34():
         times[(r["shape"], r["M"], r["variant"])] += t_of(r)
     for shape, row in (("qwen3-235b-ep8", "| 235B EP8"), ("qwen3-coder-480b-ep8", "| Coder EP8")):
         ratio = {m: times[(shape, m, "ours")] / times[(shape, m, "stock")] for s_, m, v in times if s_ == shape}
-        line = next(ln for ln in section.splitlines() if ln.startswith(row))
+        line = next(ln for ln in archived("34").splitlines() if ln.startswith(row))
         big = sorted(ratio[m] for m in (96, 128, 256, 512))
         assert f"**{ratio[1]:.3f}**" in line and f"**{big[0]:.3f}-{big[-1]:.3f}**" in line, shape
         assert max(ratio.values()) < 1.005, shape

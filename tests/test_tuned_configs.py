@@ -39,7 +39,7 @@ def test_an_h100_reads_the_h200_files_vllm_has_none_of(gpu_build, monkeypatch, t
         [f.name for f in CONFIGS_DIR.iterdir() if f.is_file()] + list(p.configs_layout.borrowed))
     ours = folder / config_file_name(*SHAPE, device_name=H100)
     assert json.loads(ours.read_text()) == json.loads((CONFIGS_DIR / config_file_name(*SHAPE)).read_text())
-    # the small-M files as run 36 served them on an H100 (bench/data/h100_block_34/small_m_h100, laid over configs/)
+    # the small-M files as run 35b served them on an H100 (bench/data/h100_block_34/small_m_h100, laid over configs/)
     served = CONFIGS_DIR.parent / "bench" / "data" / "h100_block_34" / "small_m_h100"
     assert sorted(f.name for f in served.iterdir()) == sorted(n for n in p.configs_layout.borrowed if "small_m" in n)
     for f in served.iterdir():
