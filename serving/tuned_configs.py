@@ -29,7 +29,7 @@ OWN_ONLY = "none"
 FOLDER = "tuned-configs"
 # A tuned file's name: a fused-MoE config (E=..,N=..) or patch 0010's small-M file of a linear layer (N=..,K=..)
 _TUNED_FILE = re.compile(
-    r"^(?P<shape>E=\d+,N=\d+|N=\d+,K=\d+),device_name=(?P<device>[^,]+),dtype=[^,]+(,block_shape=\[\d+,\d+\])?"
+    r"^(?:E=\d+,N=\d+|N=\d+,K=\d+),device_name=(?P<device>[^,]+),dtype=[^,]+(,block_shape=\[\d+,\d+\])?"
     r"(?P<small_m>,small_m)?\.json$")
 
 
