@@ -560,7 +560,7 @@ def test_the_arms_start_together_or_one_at_a_time_with_start_alone(tmp_path, mon
     from bench.e2e import run as e2e_run
     from tools.launcher_process import free_port, spawn, stop
 
-    def slow_server(cfg, model, arm, model_dir):
+    def slow_server(cfg, model, arm, model_dir, facts=None):
         port = free_port()
         return spawn([sys.executable, "-c", _SLOW_PING, str(port), "1.5"], dict(os.environ),
                      tmp_path / f"{arm}.log", port, name=f"{model.name}.{arm}")
@@ -996,6 +996,32 @@ def test_peers_start_in_their_home_and_sglang_is_ready_on_health(tmp_path, monke
     assert started[cfg.vllm_latest_python]["ready_path"] == "/ping"
     assert started[cfg.vllm_latest_python]["cwd"] == cfg.home(f"{model.name}.vllm-latest")
     assert started[cfg.image_python]["cwd"] == ROOT
+
+
+def test_each_server_records_the_nvcc_its_environment_shows_and_e2e_md_names_it(tmp_path, monkeypatch):
+    """The image arms run as their container does (--image-no-nvcc: no nvcc for DeepGEMM's or FlashInfer's JIT);
+    stock and the peers keep the host's, which their own JITs may use: each server's facts say which, and e2e.md
+    has a line per server recorded so (a JSON from before has none)."""
+    host = tmp_path / "cuda" / "bin"
+    host.mkdir(parents=True)
+    (host / "nvcc").write_text("#!/bin/sh\n")
+    (host / "nvcc").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{host}:/usr/bin:/bin")
+    monkeypatch.delenv("DG_JIT_NVCC_COMPILER", raising=False)
+    monkeypatch.setattr(servers, "spawn", lambda cmd, env, log, port, **kw: None)
+    cfg, shard = _peer_config(tmp_path, image_no_nvcc=True), _shard(tmp_path)
+    model = models.MODELS[0]
+    facts = {arm: {} for arm in ("image", "stock", "sglang")}
+    for arm, seen in facts.items():
+        servers.start_server(cfg, model, arm, shard, seen)
+    assert facts == {"image": {"nvcc": None}, "stock": {"nvcc": str(host / "nvcc")},
+                     "sglang": {"nvcc": str(host / "nvcc")}}
+    res = json.loads(H200_RUN_3.read_text())
+    before = report.summarize(res)
+    assert "nvcc" not in before
+    name = next(iter(res["servers"]))
+    res["servers"][name]["nvcc"] = None
+    assert report.summarize(res) == before + f"\n- {name}: no nvcc visible\n"
 
 
 def test_a_peer_arm_without_its_runtime_is_refused_before_anything_starts(tmp_path, capsys):

@@ -25,7 +25,8 @@ and per server: time from start to the first /ping 200, the first request's time
 the time to first token of the first request at each new concurrency (the warm-up pass), and
 the count of vLLM's "JIT compilation during inference" warnings, and the fused-MoE config files its
 engine looked for and did not find (it ran its default config there; e2e.md names them: a GPU the
-tuned files do not reach). With --profile, a torch-profiler
+tuned files do not reach), and the nvcc its environment shows a JIT (none for the image arms with --image-no-nvcc,
+as their container runs; the host's for stock and the peers). With --profile, a torch-profiler
 trace of a short run at 1 and 32 clients gives each arm's GPU time by kernel class.
 
 Both arms take OpenAI bodies on /v1/completions (stock vLLM has no LMI bodies); what LMI bodies

@@ -300,6 +300,13 @@ def moe_config_notes(results: dict) -> list[str]:
     return [""] + notes if notes else []
 
 
+def nvcc_notes(results: dict) -> list[str]:
+    """A line for each server recorded with the nvcc its environment showed a JIT (DeepGEMM's, FlashInfer's)."""
+    notes = [f"- {name}: " + (f"nvcc visible ({s['nvcc']})" if s["nvcc"] else "no nvcc visible")
+             for name, s in results["servers"].items() if "nvcc" in s]
+    return [""] + notes if notes else []
+
+
 def summarize(results: dict) -> str:
     """e2e.md from e2e.json's results."""
     out = stock_table(results)
@@ -323,4 +330,5 @@ def summarize(results: dict) -> str:
                    f"{'not counted' if jit is None else jit} | {s.get('flashinfer_jit_builds', '-')} | "
                    f"{prefix_cache_cell(s)} |")
     out += moe_config_notes(results)
+    out += nvcc_notes(results)
     return "\n".join(out).lstrip("\n") + "\n"

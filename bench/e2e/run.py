@@ -13,7 +13,7 @@ from .config import Config
 from .crosscheck import cross_check, plan
 from .models import MEASURED_ARMS, Model, make_model
 from .report import summarize
-from .servers import inductor_picks, kv_sequences, log_facts, start_server
+from .servers import inductor_picks, kv_sequences, log_facts, server_name, start_server
 from .traces import profile, profile_steps
 from .workload import (THROUGHPUT_CONCURRENCY, Workload, completion_body, first_pass, prefix_cache_tokens,
                        repetition_order, repetition_start, request_json, requests_for, streamed, sweep)
@@ -86,7 +86,7 @@ class Run:
         failed) before the next starts, so that each start to ready is its own (the run waits their sum)."""
         cfg = self.cfg
         for arm in cfg.started_arms(m):
-            group[arm] = start_server(cfg, m, arm, model_dir)
+            group[arm] = start_server(cfg, m, arm, model_dir, self.facts.setdefault(server_name(m, arm), {}))
             if cfg.start_alone:
                 wait_ready([group[arm]], cfg.ready_timeout, report=log)
         if not cfg.start_alone:

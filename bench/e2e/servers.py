@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from serving.deep_gemm import nvcc_path
 from serving.paths import CONFIGS_DIR, ROOT
 from serving.settings import TABLE, to_environment
 from tools.launcher_process import Server, free_port, spawn
@@ -253,13 +254,18 @@ def candidate_configs_dir(cfg: Config) -> Path:
     return folder
 
 
-def start_server(cfg: Config, model: Model, arm: str, model_dir: Path) -> Server:
+def start_server(cfg: Config, model: Model, arm: str, model_dir: Path, facts: dict | None = None) -> Server:
     """One arm's server, started in a session of its own (launcher_process.stop ends it and its engine). The
     peers start in their own home folder, so that no module of this repository shadows one of their runtime's
-    (python -m puts the working folder first on the path)."""
+    (python -m puts the working folder first on the path). `facts`, where given, gets the nvcc its environment
+    shows a JIT (DeepGEMM's, FlashInfer's), or None: the image arms run without one as their container does
+    (--image-no-nvcc), stock and the peers with the host's."""
     port = free_port()
     name = server_name(model, arm)
     cmd, env = server_command(cfg, model, arm, model_dir, port)
+    if facts is not None:
+        found = nvcc_path(env)
+        facts["nvcc"] = str(found) if found else None
     cwd = cfg.home(name) if arm in PEER_ARMS else ROOT
     return spawn(cmd, env, cfg.log_path(name), port, name=name, model=str(model_dir), cwd=cwd,
                  ready_path=READY_PATH.get(arm, "/ping"))
