@@ -147,6 +147,16 @@ def timed(arms: dict, baseline: str, pairs: tuple[tuple[str, str], ...] = ()) ->
             {a: [statistics.median(r), min(r), max(r)] for a, r in ratios.items()})
 
 
+def measured(arms: dict, ref: torch.Tensor, baseline: str, failed: dict | None = None,
+             pairs: tuple[tuple[str, str], ...] = ()) -> dict:
+    """One case: its arms run once against ref (working), then in CUDA graphs against the baseline (timed); its
+    record (errors, failed: `failed` and the arms that raised, us, ratio, first_call_ms)."""
+    failed, first_ms = dict(failed or {}), {}
+    errors = working(arms, ref, failed, first_ms)
+    us, ratio = timed(arms, baseline, pairs)
+    return {"errors": errors, "failed": failed, "us": us, "ratio": ratio, "first_call_ms": first_ms}
+
+
 def cell(us: dict, ratio: dict, arm: str) -> str:
     return f"{us[arm]:.2f} ({ratio[arm][0]:.3f})" if arm in us else "-"
 
@@ -167,13 +177,10 @@ def router_cases(tokens, presets, out: dict, rows: list[str]) -> None:
                     "mm fp32": rotating(lambda w, x=x: torch.mm(x, w.T, out_dtype=torch.float32), sets)}
             if ll_ok and m <= LL_BF16_MAX_TOKENS and k % 8 == 0:
                 arms["ll_bf16_gemm"] = rotating(lambda w, x=x: ll_bf16.ll_bf16_gemm(x, w), sets)
-            failed, first_ms = {}, {}
-            errors = working(arms, ref, failed, first_ms)
-            us, ratio = timed(arms, "F.linear bf16")
-            out[f"router {name} M={m}"] = {"k": k, "n": n, "m": m, "errors": errors, "failed": failed, "us": us,
-                                          "ratio": ratio, "first_call_ms": first_ms}
+            case = out[f"router {name} M={m}"] = {"k": k, "n": n, "m": m, **measured(arms, ref, "F.linear bf16")}
+            us, ratio, errors = case["us"], case["ratio"], case["errors"]
             if not us:
-                rows.append(f"| {name} | {k} x {n} | {m} | failed: {failed} | | | |")
+                rows.append(f"| {name} | {k} x {n} | {m} | failed: {case['failed']} | | | |")
                 continue
             rows.append(f"| {name} | {k} x {n} | {m} | {us['F.linear bf16']:.2f} | {cell(us, ratio, 'mm fp32')} | "
                         f"{cell(us, ratio, 'll_bf16_gemm')} | {max(errors.values()):.1e} |")
@@ -206,6 +213,14 @@ def best_of(grid: list[dict], make) -> dict | None:
     return grid[min(sweep, key=sweep.get)] if sweep else None
 
 
+def block_fp8_weight(n: int, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A random block-FP8 weight of N x K on the GPU: its FP8 values, its float32 scales a 128 x 128 block, and the
+    float32 weight they stand for (the reference's)."""
+    w = (torch.randn(n, k, device="cuda") * 0.5).to(torch.float8_e4m3fn)
+    ws = torch.rand(n // BLOCK, k // BLOCK, device="cuda") * 1e-2 + 1e-3
+    return w, ws, w.float() * ws.repeat_interleave(BLOCK, 0).repeat_interleave(BLOCK, 1)
+
+
 def dense_cases(tokens, presets, grid, split_grid, out: dict, rows: list[str], gemv_grid=()) -> None:
     from vllm.model_executor.kernels.linear.scaled_mm.cutlass import cutlass_scaled_mm
     from vllm.model_executor.layers.quantization.utils import fp8_utils
@@ -213,9 +228,7 @@ def dense_cases(tokens, presets, grid, split_grid, out: dict, rows: list[str], g
     image_op = torch.ops.vllm.lmi_cutlass_block_fp8_mm  # registered by the patched cutlass module imported above
     dense, _ = shard_shapes(presets)
     for name, (n, k) in dense.items():
-        w = (torch.randn(n, k, device="cuda") * 0.5).to(torch.float8_e4m3fn)
-        ws = torch.rand(n // BLOCK, k // BLOCK, device="cuda") * 1e-2 + 1e-3
-        w_ref = w.float() * ws.repeat_interleave(BLOCK, 0).repeat_interleave(BLOCK, 1)
+        w, ws, w_ref = block_fp8_weight(n, k)
         sets = weight_sets(w, ws)
         for m in tokens:
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
@@ -268,15 +281,13 @@ def dense_cases(tokens, presets, grid, split_grid, out: dict, rows: list[str], g
                 arms[FUSED] = split_k_quantizing(best_split)
             if best_gemv is not None:
                 arms["GEMV"] = gemv_with(best_gemv)
-            failed, first_ms = {}, {}
-            errors = working(arms, ref, failed, first_ms)
-            us, ratio = timed(arms, "cutlass", pairs=((FUSED, "quant + cutlass"),))
-            out[f"dense {name} M={m}"] = {"n": n, "k": k, "m": m, "errors": errors, "failed": failed, "us": us,
-                                          "ratio": ratio, "first_call_ms": first_ms, "best_config": best,
-                                          "best_split_k_config": best_split, "best_gemv_config": best_gemv,
-                                          "image_config": image_config}
+            case = out[f"dense {name} M={m}"] = {
+                "n": n, "k": k, "m": m, **measured(arms, ref, "cutlass", pairs=((FUSED, "quant + cutlass"),)),
+                "best_config": best, "best_split_k_config": best_split, "best_gemv_config": best_gemv,
+                "image_config": image_config}
+            us, ratio, errors = case["us"], case["ratio"], case["errors"]
             if not us:
-                rows.append(f"| {name} | {n} x {k} | {m} | failed: {failed} | | | | | | | | | | | |")
+                rows.append(f"| {name} | {n} x {k} | {m} | failed: {case['failed']} | | | | | | | | | | | |")
                 continue
             tiles = (f"{best['BLOCK_SIZE_M']}x{best['BLOCK_SIZE_N']} w{best['num_warps']} s{best['num_stages']}"
                      if best else "-")
@@ -290,6 +301,19 @@ def dense_cases(tokens, presets, grid, split_grid, out: dict, rows: list[str], g
                         f"{cell(us, ratio, 'triton tuned')} | {tiles} | {cell(us, ratio, 'triton split-K')} | "
                         f"{split} | {cell(us, ratio, 'quant + cutlass')} | "
                         f"{cell(us, ratio, FUSED)} | {cell(us, ratio, 'GEMV')} | {gemv} | {max(errors.values()):.1e} |")
+
+
+def finish(out: Path, stem: str, results: dict, tables: str) -> int:
+    """OUT/<stem>.json and <stem>.md (the tables and the largest relative error), printed too; the exit status: 0
+    where every case timed its baseline and no output was 5% off (bf16 outputs of float32 sums: about 1e-2 at most)."""
+    worst = max((e for c in results["cases"].values() for e in c["errors"].values()), default=float("inf"))
+    results["max_relative_error"] = worst
+    text = tables + f"\n\nlargest relative error: {worst:.1e}\n"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.json").write_text(json.dumps(results, indent=1))
+    (out / f"{stem}.md").write_text(text)
+    print(text)
+    return 0 if worst < 0.05 and all(c["us"] for c in results["cases"].values()) else 1
 
 
 def main() -> int:
@@ -321,15 +345,7 @@ def main() -> int:
     router_cases(router_tokens, a.presets, results["cases"], router_rows)
     dense_cases(dense_tokens, a.presets, grid, QUICK_SPLIT_GRID if a.quick else SPLIT_GRID, results["cases"],
                 dense_rows, QUICK_GEMV_GRID if a.quick else GEMV_GRID)
-    worst = max((e for c in results["cases"].values() for e in c["errors"].values()), default=float("inf"))
-    results["max_relative_error"] = worst
-    text = "\n".join(router_rows) + "\n\n" + "\n".join(dense_rows) + f"\n\nlargest relative error: {worst:.1e}\n"
-    a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / "decode_gemm.json").write_text(json.dumps(results, indent=1))
-    (a.out / "decode_gemm.md").write_text(text)
-    print(text)
-    # bf16 outputs of float32 sums: about 1e-2 at most; a baseline that failed fails the bench
-    return 0 if worst < 0.05 and all(c["us"] for c in results["cases"].values()) else 1
+    return finish(a.out, "decode_gemm", results, "\n".join(router_rows) + "\n\n" + "\n".join(dense_rows))
 
 
 if __name__ == "__main__":

@@ -43,3 +43,15 @@ def engine_env(env: Mapping[str, str], cpu_build: bool) -> tuple[dict[str, str],
     return {ENV: "0"}, (f"no nvcc on this host for DeepGEMM's JIT: {ENV}=0, so block-FP8 linear layers run vLLM's "
                         f"prebuilt CUTLASS kernel and block-FP8 MoE layers under expert parallelism run Triton "
                         f"(set {ENV}=1 and {COMPILER_ENV} to an nvcc for DeepGEMM)")
+
+
+# The nvcc that the image's runtime itself carries (the nvidia-cuda-nvcc wheel, a dependency of its CUDA 13 stack),
+# under site-packages/nvidia/cu13/bin, which neither PATH nor CUDA_HOME names. It is newer (13.5) than the runtime's
+# CUDA headers (13.0), which CCCL refuses without CCCL_FLAG (bench/RESULTS-archive.md, run 35).
+CCCL_FLAG = "-DCCCL_DISABLE_CTK_COMPATIBILITY_CHECK"
+
+
+def runtime_nvcc(site_packages: Path) -> Path | None:
+    """The runtime's own nvcc under site_packages, or None where its wheel is not installed (the CPU build)."""
+    nvcc = site_packages / "nvidia" / "cu13" / "bin" / "nvcc"
+    return nvcc if os.access(nvcc, os.X_OK) else None

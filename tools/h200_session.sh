@@ -26,7 +26,10 @@
 #                                               # env: SMOKE=0 skips the smoke tests, GEMMS=0 the decode
 #                                               # GEMM bench (bench/decode_gemm_bench.py; after the engine
 #                                               # bench, GEMMS=first before it; GEMM_ARGS its flags,
-#                                               # e.g. "--presets qwen3-235b-a22b-ep8"), PROFILE=0 the
+#                                               # e.g. "--presets qwen3-235b-a22b-ep8"), PROMPT_GEMMS=1 a
+#                                               # prompt step's dense GEMMs before the engine bench
+#                                               # (bench/prompt_gemm_probe.py; PROMPT_GEMM_ARGS its flags),
+#                                               # PROFILE=0 the
 #                                               # profiler windows (at 94 layers a one-client window is
 #                                               # about a million GPU events to write and parse), E2E_ARGS,
 #                                               # PEERS="sglang vllm-latest": the peers' runtimes too (peers)
@@ -199,6 +202,11 @@ all)
             || echo "decode GEMM bench failed or ran past 300 s"
     }
     [ "${GEMMS:-1}" = first ] && decode_gemms
+    if [ "${PROMPT_GEMMS:-0}" = 1 ]; then  # bounded as the decode GEMM bench: DeepGEMM's JIT compiles as it goes
+        step "a prompt step's block-FP8 dense GEMMs: CUTLASS against DeepGEMM (the runtime's nvcc) and Triton"
+        timeout 300 "$GPU_VENV/bin/python" -m bench.prompt_gemm_probe --out "$RES/prompt" ${PROMPT_GEMM_ARGS:-} \
+            || echo "prompt GEMM probe failed or ran past 300 s"
+    fi
     if [ -n "${SMALL_M_CANDIDATES+set}" ]; then
         # this lease's small-M files, gated in the same run: SMALL_M_CANDIDATES holds bench.small_m_configs' flags
         # (e.g. "--fused-input-quant 6144x12288"); the image-candidates arm serves them (needs GEMMS=first)
@@ -276,7 +284,8 @@ collect)
     [ -n "$setup" ] && tar -czf "$OUT/setup-logs.tar.gz" -C "$RES" $setup
     for f in e2e.md e2e.json; do [ -f "$RES/e2e/$f" ] && cp "$RES/e2e/$f" "$OUT/"; done
     # the kernel benches' and the tune's tables and data (not the tune's configs/ copy) in one file
-    benches=$(cd "$RES" && ls -d quant/fp8_quant.* router/router_topk.* decode/decode_gemm.* candidates gemv dense-gemv kernels \
+    benches=$(cd "$RES" && ls -d quant/fp8_quant.* router/router_topk.* decode/decode_gemm.* prompt/prompt_gemm.* \
+              candidates gemv dense-gemv kernels \
               2>/dev/null)
     [ -n "$benches" ] && tar -czf "$OUT/kernel-benches.tar.gz" -C "$RES" --exclude kernels/configs $benches
     [ -d "$RES/e2e/logs" ] && tar -czf "$OUT/e2e-logs.tar.gz" -C "$RES/e2e" logs
