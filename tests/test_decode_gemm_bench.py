@@ -84,4 +84,3 @@ def test_a_graphs_calls_take_their_weights_in_turn_from_sets_larger_than_l2():
     assert len(bench.weight_sets(torch.empty(14336, 6144, dtype=torch.uint8))) == 3
     # a router's few hundred KiB: no more sets than a graph's calls take
     assert len(bench.weight_sets(torch.empty(16, 4096, dtype=torch.bfloat16))) == bench.CALLS
-
