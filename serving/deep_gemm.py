@@ -45,9 +45,9 @@ def engine_env(env: Mapping[str, str], cpu_build: bool) -> tuple[dict[str, str],
                         f"(set {ENV}=1 and {COMPILER_ENV} to an nvcc for DeepGEMM)")
 
 
-# The nvcc that the image's runtime itself carries (the nvidia-cuda-nvcc wheel, a dependency of its CUDA 13 stack),
-# under site-packages/nvidia/cu13/bin, which neither PATH nor CUDA_HOME names. It is newer (13.5) than the runtime's
-# CUDA headers (13.0), which CCCL refuses without CCCL_FLAG (bench/RESULTS-archive.md, run 35).
+# The nvcc that the image's runtime itself carries (the nvidia-cuda-nvcc wheel, which cuda-toolkit and tilelang
+# require), under site-packages/nvidia/cu13/bin, which neither PATH nor CUDA_HOME names. It is newer (13.5) than the
+# runtime's CUDA headers (13.0), which CCCL refuses without CCCL_FLAG (bench/RESULTS-archive.md, run 35).
 CCCL_FLAG = "-DCCCL_DISABLE_CTK_COMPATIBILITY_CHECK"
 
 
