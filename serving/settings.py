@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from .paths import CONFIGS_DIR
+from .tuned_configs import OWN_ONLY
 
 
 class SettingValueError(ValueError):
@@ -64,12 +65,12 @@ def parse_str(raw: str) -> str:
 
 
 def parse_device_name(raw: str) -> str:
-    """A GPU's name as vLLM's config file names spell it (spaces as underscores), or "none"."""
+    """A GPU's name as vLLM's config file names spell it (spaces as underscores), or OWN_ONLY ("none")."""
     v = raw.strip().replace(" ", "_")
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", v):
         raise SettingValueError(f"{raw!r} is not a GPU's name as config file names spell it (e.g. NVIDIA_H200) "
-                                "or none")
-    return "none" if v.lower() == "none" else v
+                                f"or {OWN_ONLY}")
+    return OWN_ONLY if v.lower() == OWN_ONLY else v
 
 
 def parse_path(raw: str) -> Path:
