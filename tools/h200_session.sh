@@ -27,8 +27,9 @@
 #                                               # GEMM bench (bench/decode_gemm_bench.py; after the engine
 #                                               # bench, GEMMS=first before it; GEMM_ARGS its flags,
 #                                               # e.g. "--presets qwen3-235b-a22b-ep8"), PROMPT_GEMMS=1 a
-#                                               # prompt step's dense GEMMs before the engine bench
-#                                               # (bench/prompt_gemm_probe.py; PROMPT_GEMM_ARGS its flags),
+#                                               # prompt step's dense GEMMs before the engine bench (with
+#                                               # prep: prep starts them beside the models' making; the
+#                                               # subcommand prompt-gemm-probe; PROMPT_GEMM_ARGS its flags),
 #                                               # PROFILE=0 the
 #                                               # profiler windows (at 94 layers a one-client window is
 #                                               # about a million GPU events to write and parse), E2E_ARGS,
@@ -154,6 +155,17 @@ dense-gemv-probe)
     python3 bench/dense_gemv_probe.py --fp8-utils-py .cache/carry/patched/fp8_utils.py --out "$D" \
         ${DENSE_GEMV_ARGS:---shapes coder-qkv coder-o-proj 235b-o-proj --ms 1 2} && touch "$D/DONE"
     ;;
+prompt-gemm-probe)
+    # a prompt step's block-FP8 dense GEMMs on the image's runtime: CUTLASS against DeepGEMM (the runtime's nvcc)
+    # and Triton (bench/prompt_gemm_probe.py; PROMPT_GEMM_ARGS its flags), bounded as the decode GEMM bench:
+    # DeepGEMM's JIT compiles as it goes
+    D=$RES/prompt; mkdir -p "$D" && tree_copy prompt || exit 1
+    exec > >(tee -a "$D/probe.log") 2>&1
+    step "a prompt step's block-FP8 dense GEMMs: CUTLASS against DeepGEMM (the runtime's nvcc) and Triton"
+    timeout 300 "$GPU_VENV/bin/python" -m bench.prompt_gemm_probe --out "$D" ${PROMPT_GEMM_ARGS:-} \
+        || echo "prompt GEMM probe failed or ran past 300 s"
+    touch "$D/DONE"
+    ;;
 prep)
     # prep makes the models E2E_ARGS names: without it, every preset model, which the host's disk does not hold
     if [ -z "${E2E_ARGS:-}" ]; then
@@ -164,6 +176,8 @@ prep)
     mkdir -p "$RES" && rm -f "$PREP_DONE" && tree_copy prep || exit 1
     exec > >(tee -a "$PREP_LOG") 2>&1
     install_image || exit 1
+    # the GPU is idle while the models are made and the peers install: the prompt GEMM probe runs then
+    [ "${PROMPT_GEMMS:-0}" = 1 ] && (setsid "$0" prompt-gemm-probe > /dev/null 2>&1 < /dev/null &)
     step "the models of E2E_ARGS (bench.e2e --models-only; the run reuses them)"
     "$GPU_VENV/bin/python" -m bench.e2e --models-only --stock-site "$STOCK" --models-dir /root/models \
         --out "$RES/e2e" ${E2E_ARGS:-} || exit 1
@@ -202,11 +216,8 @@ all)
             || echo "decode GEMM bench failed or ran past 300 s"
     }
     [ "${GEMMS:-1}" = first ] && decode_gemms
-    if [ "${PROMPT_GEMMS:-0}" = 1 ]; then  # bounded as the decode GEMM bench: DeepGEMM's JIT compiles as it goes
-        step "a prompt step's block-FP8 dense GEMMs: CUTLASS against DeepGEMM (the runtime's nvcc) and Triton"
-        timeout 300 "$GPU_VENV/bin/python" -m bench.prompt_gemm_probe --out "$RES/prompt" ${PROMPT_GEMM_ARGS:-} \
-            || echo "prompt GEMM probe failed or ran past 300 s"
-    fi
+    # here unless prep started it beside the models' making; the wait below covers both
+    [ "${PROMPT_GEMMS:-0}" = 1 ] && [ ! -d "$RES/prompt" ] && "$0" prompt-gemm-probe
     if [ -n "${SMALL_M_CANDIDATES+set}" ]; then
         # this lease's small-M files, gated in the same run: SMALL_M_CANDIDATES holds bench.small_m_configs' flags
         # (e.g. "--fused-input-quant 6144x12288"); the image-candidates arm serves them (needs GEMMS=first)
@@ -220,7 +231,7 @@ all)
         fi
     fi
     # the host-stack probes started beside the staging calls (their results folder, their subcommand)
-    for probe in gemv:gemv-probe dense-gemv:dense-gemv-probe; do
+    for probe in gemv:gemv-probe dense-gemv:dense-gemv-probe prompt:prompt-gemm-probe; do
         dir=$RES/${probe%%:*} sub=${probe#*:}
         [ -d "$dir" ] || continue
         step "waiting for $sub (its GPU timings must not share the GPU)"
@@ -284,7 +295,7 @@ collect)
     [ -n "$setup" ] && tar -czf "$OUT/setup-logs.tar.gz" -C "$RES" $setup
     for f in e2e.md e2e.json; do [ -f "$RES/e2e/$f" ] && cp "$RES/e2e/$f" "$OUT/"; done
     # the kernel benches' and the tune's tables and data (not the tune's configs/ copy) in one file
-    benches=$(cd "$RES" && ls -d quant/fp8_quant.* router/router_topk.* decode/decode_gemm.* prompt/prompt_gemm.* \
+    benches=$(cd "$RES" && ls -d quant/fp8_quant.* router/router_topk.* decode/decode_gemm.* prompt/prompt_gemm.* prompt/probe.log \
               candidates gemv dense-gemv kernels \
               2>/dev/null)
     [ -n "$benches" ] && tar -czf "$OUT/kernel-benches.tar.gz" -C "$RES" --exclude kernels/configs $benches
@@ -303,6 +314,7 @@ collect)
 stop)
     # SIGTERM: the engine bench stops its servers (their process groups) before it exits
     pkill -TERM -f "$(subcommand all)"; pkill -TERM -f "$(subcommand e2e)"; pkill -TERM -f "$(subcommand tune)"
+    pkill -TERM -f "$(subcommand prompt-gemm-probe)"
     pkill -TERM -f '^[^ ]*python[0-9.]* [^ ]*moe_kernel_bench[.]py'
     pkill -TERM -f "$E2E_PROC"
     for _ in $(seq 60); do pgrep -f "$E2E_PROC" > /dev/null || break; sleep 1; done
