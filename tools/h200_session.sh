@@ -49,8 +49,8 @@
 # come back only from the call that copies them, and a machine idle for 30 s goes back with them (run 8).
 #
 # The parts come from: tools/gpu_wheelhouse.py download --dest W --skip <what the host has>;
-# tools/gpu_wheelhouse.py pack --src W --parts .stage --size 48M (each part travels with the tree, 64 MiB a call
-# in all: with the 11 MB tree a 54M part is refused). The peers' (bench/RESULTS-archive.md "Peers: reproduce"):
+# tools/gpu_wheelhouse.py pack --src W --parts .stage --size 45M (each part travels with the tree, 64 MiB a call
+# in all: with the 16 MB tree a 48M part is refused). The peers' (bench/RESULTS-archive.md "Peers: reproduce"):
 # download --runtime sglang|vllm-latest, then pack --name wheelhouse-sglang|wheelhouse-vllm-latest, their parts in
 # .stage-sglang and .stage-vllm034, staged into the same $STAGE (the names keep them apart).
 set -uo pipefail
