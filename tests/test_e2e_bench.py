@@ -121,6 +121,49 @@ def test_servers_started_cold_and_stopped(run):
 
 
 @pytest.mark.engine
+def test_each_measured_run_splits_vllms_time_to_first_token_on_the_server(run):
+    """Every measured run of a vLLM arm carries the server's own means over exactly its requests (the /metrics
+    histograms read before and after it): time to first token from the request's arrival, its queue wait and its
+    prefill, the wait and the prefill within the first."""
+    out, _ = run
+    res = json.loads((out / "e2e.json").read_text())
+    for arm, reps in res["models"]["tiny-cpu"]["reps"].items():
+        for r in reps:
+            for kind in ("throughput", "latency"):
+                for c, m in r[kind].items():
+                    srv = m["server"]
+                    assert srv["requests"] == m["requests"], (arm, kind, c, srv)
+                    assert 0 <= srv["queue_ms"] < srv["ttft_ms"] and 0 < srv["prefill_ms"] < srv["ttft_ms"], srv
+
+
+def test_server_phases_are_none_without_vllms_histograms():
+    """A server whose /metrics lacks vLLM's histograms (SGLang's, or none at all) gives no phases, not zeros."""
+    assert workload.phases_between(None, {"ttft_count": 1}) is None
+    text = "vllm:time_to_first_token_seconds_sum{engine=\"0\"} 2.0\nvllm:time_to_first_token_seconds_count 4\n"
+    assert workload._summed(text, {"n": "vllm:time_to_first_token_seconds_count",
+                                   "s": "vllm:time_to_first_token_seconds"}) == {"n": 4.0}
+
+
+
+def test_the_summary_sets_vllms_split_of_the_first_token_beside_the_clients():
+    """e2e.md's server-phase table: per arm, run kind and concurrency the median over repetitions of the server's
+    means, beside the client's TTFT p50 where the run streamed; a run recorded without the split adds no table."""
+    def rep(ttft, queue):
+        srv = {"requests": 8, "ttft_ms": ttft, "queue_ms": queue, "prefill_ms": 20.0}
+        return {"throughput": {"128": {"requests": 512, "tok_s": 1.0, "server": srv}},
+                "latency": {"8": {"requests": 32, "ttft_p50_ms": ttft + 5, "server": srv}}}
+    results = {"args": {}, "servers": {},
+               "models": {"m": {"reps": {"image": [rep(100.0, 10.0), rep(300.0, 30.0), rep(200.0, 20.0)]}}}}
+    rows = [ln for ln in report.server_phase_table(results) if ln.startswith("| m |")]
+    assert rows == ["| m | image | throughput | 128 | - | 200.0 | 20.0 | 20.0 |",
+                    "| m | image | latency | 8 | 205.0 | 200.0 | 20.0 | 20.0 |"]
+    for r in results["models"]["m"]["reps"]["image"]:
+        for kind in r.values():
+            for m in kind.values():
+                del m["server"]
+    assert report.server_phase_table(results) == []
+
+@pytest.mark.engine
 def test_summary_gives_a_ratio_per_metric(run):
     out, _ = run
     md = (out / "e2e.md").read_text()

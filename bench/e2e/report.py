@@ -117,6 +117,31 @@ def step_table(results: dict) -> list[str]:
             "host ms each |", "|---|---|---|---|---|---|---|"] + rows
 
 
+def server_phase_table(results: dict) -> list[str]:
+    """vLLM's own split of the time to first token (workload.server_phases), the median over the repetitions of
+    each measured run's means, beside the client's: what the HTTP path, the scheduler's queue and the prefill each
+    take at each concurrency."""
+    rows = []
+    for mname, m in results["models"].items():
+        for arm, reps in m.get("reps", {}).items():
+            for kind in ("throughput", "latency"):
+                for c in sorted({c for r in reps for c in r.get(kind, {})}, key=int):
+                    runs = [r[kind][c] for r in reps if (r.get(kind, {}).get(c) or {}).get("server")]
+                    if not runs:
+                        continue
+
+                    def med(key, src="server"):
+                        vals = [(x[src] if src else x).get(key) for x in runs]
+                        vals = [v for v in vals if v is not None]
+                        return f"{statistics.median(vals):.1f}" if vals else "-"
+                    rows.append(f"| {mname} | {arm} | {kind} | {c} | {med('ttft_p50_ms', None)} | {med('ttft_ms')} | "
+                                f"{med('queue_ms')} | {med('prefill_ms')} |")
+    if not rows:
+        return []
+    return ["", "| model | arm | run | clients | client TTFT p50 (ms) | server TTFT mean, from arrival (ms) | "
+            "queue wait mean (ms) | prefill mean (ms) |", "|---|---|---|---|---|---|---|---|"] + rows
+
+
 def autotune_table(results: dict) -> list[str]:
     """Generated kernels (the same source) for which the servers of one model recorded different autotuner picks
     (servers.inductor_picks): a difference between arms that none of their settings made."""
@@ -318,6 +343,7 @@ def summarize(results: dict) -> str:
     out += kernel_table(results)
     out += window_table(results)
     out += step_table(results)
+    out += server_phase_table(results)
     out += autotune_table(results)
     # --start-alone: each server started once the one before was ready; without it they start together
     alone = ", each started alone" if results.get("args", {}).get("start_alone") == "True" else ""

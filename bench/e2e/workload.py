@@ -57,19 +57,60 @@ def request_json(host: str, method: str, path: str, body: dict | None = None, ti
     return json.loads(data) if data else {}
 
 
+def _metrics(host: str) -> str | None:
+    """The server's /metrics text; None where it does not answer it (SGLang without --enable-metrics)."""
+    try:
+        return request_ok(host, "GET", "/metrics", timeout=60).decode()
+    except (OSError, http.client.HTTPException, RuntimeError):  # RuntimeError: not 200
+        return None
+
+
+def _summed(text: str, names: dict[str, str], cast=float) -> dict:
+    """{key: the sum over label sets of each metric named in `names` (key -> metric name)}, keys found only."""
+    out: dict = {}
+    for ln in text.splitlines():
+        for key, name in names.items():
+            if ln.startswith(name) and ln[len(name):len(name) + 1] in ("{", " "):
+                out[key] = out.get(key, 0) + cast(float(ln.rsplit(" ", 1)[1]))
+    return out
+
+
 def prefix_cache_tokens(host: str) -> dict | None:
     """vLLM's prefix-cache counters from /metrics: {"queries": tokens looked up, "hits": tokens found}; None where
     the server exports neither (SGLang without --enable-metrics) or does not answer."""
-    try:
-        text = request_ok(host, "GET", "/metrics", timeout=60).decode()
-    except (OSError, http.client.HTTPException, RuntimeError):  # RuntimeError: not 200
+    text = _metrics(host)
+    return (_summed(text, {k: f"vllm:prefix_cache_{k}_total" for k in ("queries", "hits")}, int) or None) if text \
+        else None
+
+
+# vLLM's request histograms that split a time to first token on the server: from the request's arrival (its prompt
+# rendered by the serving layer, the HTTP body parsed) to its first token reaching the output processor, its wait
+# in the scheduler's queue, and its prefill (first scheduled to first token). The client's TTFT less the first is
+# the HTTP path both ways.
+SERVER_PHASES = {"ttft": "vllm:time_to_first_token_seconds", "queue": "vllm:request_queue_time_seconds",
+                 "prefill": "vllm:request_prefill_time_seconds"}
+
+
+def server_phases(host: str) -> dict | None:
+    """The running sums and counts of SERVER_PHASES' histograms; None for a server without them (SGLang)."""
+    text = _metrics(host)
+    if text is None:
         return None
-    counts = {}
-    for ln in text.splitlines():
-        for key in ("queries", "hits"):
-            if ln.startswith(f"vllm:prefix_cache_{key}_total"):
-                counts[key] = counts.get(key, 0) + int(float(ln.rsplit(" ", 1)[1]))
-    return counts or None
+    sums = _summed(text, {f"{k}_sum": f"{v}_sum" for k, v in SERVER_PHASES.items()}
+                   | {f"{k}_count": f"{v}_count" for k, v in SERVER_PHASES.items()})
+    return sums if len(sums) == 2 * len(SERVER_PHASES) else None
+
+
+def phases_between(before: dict | None, after: dict | None) -> dict | None:
+    """The mean of each server phase, in ms, over the requests that finished it between two server_phases()
+    readings, and how many did; None unless both readings exist."""
+    if before is None or after is None:
+        return None
+    out: dict = {"requests": int(after["ttft_count"] - before["ttft_count"])}
+    for k in SERVER_PHASES:
+        n = after[f"{k}_count"] - before[f"{k}_count"]
+        out[f"{k}_ms"] = 1e3 * (after[f"{k}_sum"] - before[f"{k}_sum"]) / n if n else None
+    return out
 
 
 def completion_body(model_id: str, prompt: list[int], out_tokens: int, stream: bool) -> dict:
@@ -187,7 +228,10 @@ def sweep(wl: Workload, host: str, waves: int, clients=None, first: int = 0) -> 
                                          ("latency", LATENCY_CONCURRENCY, wl.latency)):
         for c in concurrencies:
             if c in keep:
+                before = server_phases(host)  # outside the timed run, as is the reading after it
                 out[kind][str(c)] = measure(host, c, waves, k)
+                if before is not None:
+                    out[kind][str(c)]["server"] = phases_between(before, server_phases(host))
                 k += requests_for(c, waves)
     assert k < (phase + 1) * PHASE_PROMPTS
     return out
