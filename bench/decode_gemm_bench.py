@@ -117,6 +117,13 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     return float((out.float() - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
 
 
+def failure(e: BaseException, head: int = 300, tail: int = 1500) -> str:
+    """An arm's error as recorded: its start and its end (a JIT compiler's own message comes last, after the
+    command line it ran)."""
+    text = repr(e)
+    return text if len(text) <= head + tail else f"{text[:head]} [...] {text[-tail:]}"
+
+
 def working(arms: dict, ref: torch.Tensor, failed: dict, first_ms: dict) -> dict:
     """The arms that run (each one's relative error against ref); an arm that raises is left out, its error in
     `failed`. first_ms: each arm's first call here, in ms of wall time (a JIT compile shows as a long one)."""
@@ -130,7 +137,7 @@ def working(arms: dict, ref: torch.Tensor, failed: dict, first_ms: dict) -> dict
             first_ms[name] = round(1e3 * (time.perf_counter() - t0), 2)
             errors[name] = relative_error(y, ref)
         except Exception as e:  # a kernel that does not take this shape: recorded, not timed
-            failed[name] = repr(e)[:300]
+            failed[name] = failure(e)
             del arms[name]
     return errors
 

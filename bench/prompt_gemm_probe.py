@@ -24,22 +24,23 @@ from pathlib import Path
 
 import torch
 
-from bench.decode_gemm_bench import (BLOCK, SHARD_PRESETS, block_fp8_weight, cell, finish, measured, rotating,
-                                     shard_shapes, weight_sets)
-from serving.deep_gemm import CCCL_FLAG, COMPILER_ENV, runtime_nvcc
+from bench.decode_gemm_bench import (BLOCK, SHARD_PRESETS, block_fp8_weight, cell, failure, finish, measured,
+                                     rotating, shard_shapes, weight_sets)
+from serving.deep_gemm import CCCL_FLAG, COMPILER_ENV, runtime_cuda_home, runtime_nvcc
 
 PROMPT_TOKENS = (128, 512, 2048, 8192)  # one 128-token prompt up to vLLM's max_num_batched_tokens in the image
 DEFAULT_PRESETS = ("qwen3-235b-a22b-ep8", "qwen3-coder-480b-a35b-ep8", "deepseek-v3-ep8")
 
 
 def deep_gemm_env(site_packages: Path, env=os.environ) -> dict[str, str]:
-    """The environment DeepGEMM's JIT needs here: the runtime's nvcc (unless one is named already), the CCCL flag
-    added to any NVCC_APPEND_FLAGS, DeepGEMM on, float32 scales."""
+    """The environment DeepGEMM's JIT needs here: the runtime's nvcc and its CUDA folder as CUDA_HOME (unless an
+    nvcc is named already), the CCCL flag added to any NVCC_APPEND_FLAGS, DeepGEMM on, float32 scales."""
     out = {"VLLM_USE_DEEP_GEMM": "1", "VLLM_USE_DEEP_GEMM_E8M0": "0",
            "NVCC_APPEND_FLAGS": " ".join(f for f in (env.get("NVCC_APPEND_FLAGS", ""), CCCL_FLAG) if f)}
     nvcc = runtime_nvcc(site_packages)
     if COMPILER_ENV not in env and nvcc is not None:
         out[COMPILER_ENV] = str(nvcc)
+        out["CUDA_HOME"] = str(runtime_cuda_home(nvcc))
     return out
 
 
@@ -56,7 +57,7 @@ def cases(tokens, presets, out: dict, rows: list[str]) -> None:
             dg_sets, dg_failed = [fp8_utils.deepgemm_post_process_fp8_weight_block(
                 a.clone(), b.clone(), (BLOCK, BLOCK), False) for a, b in sets], {}
         except Exception as e:  # no DeepGEMM here: its arm is recorded failed in each case
-            dg_sets, dg_failed = [], {"deep_gemm": repr(e)[:300]}
+            dg_sets, dg_failed = [], {"deep_gemm": failure(e)}
         for m in tokens:
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             xq_c, xs_c = fp8_utils.per_token_group_quant_fp8(x, BLOCK, column_major_scales=True)

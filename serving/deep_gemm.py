@@ -55,3 +55,11 @@ def runtime_nvcc(site_packages: Path) -> Path | None:
     """The runtime's own nvcc under site_packages, or None where its wheel is not installed (the CPU build)."""
     nvcc = site_packages / "nvidia" / "cu13" / "bin" / "nvcc"
     return nvcc if os.access(nvcc, os.X_OK) else None
+
+
+# DeepGEMM's JIT takes its headers from CUDA_HOME, else from the nvcc on PATH, else from /usr/local/cuda, never from
+# its compiler's folder: so the runtime's nvcc needs CUDA_HOME set to the folder it comes in (bin/, include/ with
+# cccl/, lib/), or a host's own toolkit of another version lends its headers and the compile fails (run 36).
+def runtime_cuda_home(nvcc: Path) -> Path:
+    """The CUDA folder of the runtime's nvcc (site-packages/nvidia/cu13)."""
+    return nvcc.parent.parent

@@ -29,9 +29,11 @@ def test_deep_gemm_gets_the_runtimes_nvcc_and_the_cccl_flag(tmp_path):
     env = probe.deep_gemm_env(site, {"NVCC_APPEND_FLAGS": "-lineinfo"})
     assert env == {"VLLM_USE_DEEP_GEMM": "1", "VLLM_USE_DEEP_GEMM_E8M0": "0",
                    "NVCC_APPEND_FLAGS": f"-lineinfo {deep_gemm.CCCL_FLAG}",
-                   deep_gemm.COMPILER_ENV: str(site / "nvidia" / "cu13" / "bin" / "nvcc")}
+                   deep_gemm.COMPILER_ENV: str(site / "nvidia" / "cu13" / "bin" / "nvcc"),
+                   "CUDA_HOME": str(site / "nvidia" / "cu13")}  # its headers, not a host toolkit's
     # an nvcc the user named stays theirs; a site without the wheel names none
-    assert deep_gemm.COMPILER_ENV not in probe.deep_gemm_env(site, {deep_gemm.COMPILER_ENV: "/opt/nvcc"})
+    named = probe.deep_gemm_env(site, {deep_gemm.COMPILER_ENV: "/opt/nvcc"})
+    assert deep_gemm.COMPILER_ENV not in named and "CUDA_HOME" not in named
     assert deep_gemm.COMPILER_ENV not in probe.deep_gemm_env(tmp_path / "empty", {})
     # the CPU build's torch comes without CUDA's wheels: no nvcc of its own
     assert deep_gemm.runtime_nvcc(Path(torch.__file__).resolve().parents[1]) is None
@@ -52,3 +54,14 @@ def test_refuses_to_run_without_a_gpu(tmp_path):
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 1 and "no CUDA device here" in r.stderr
     assert not list(tmp_path.iterdir())
+
+
+def test_a_failed_arm_keeps_the_compilers_message_at_the_end_of_its_error():
+    """A JIT's error is its command line, then the compiler's own words: the record keeps both ends."""
+    from bench.decode_gemm_bench import failure
+
+    command = "nvcc " + " ".join(f"-I/include/{i}" for i in range(400))
+    text = failure(RuntimeError(f"command failed with exit code 1:\n{command}\nerror: cuda_bf16.h: no such file"))
+    assert text.startswith("RuntimeError('command failed") and text.endswith("no such file')")
+    assert "[...]" in text and len(text) < 2000
+    assert failure(ValueError("short")) == "ValueError('short')"
