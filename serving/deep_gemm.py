@@ -58,8 +58,8 @@ def runtime_nvcc(site_packages: Path) -> Path | None:
 
 
 # DeepGEMM's JIT takes its headers from CUDA_HOME, else from the nvcc on PATH, else from /usr/local/cuda, never from
-# its compiler's folder: so the runtime's nvcc needs CUDA_HOME set to the folder it comes in (bin/, include/ with
-# cccl/, lib/), or a host's own toolkit of another version lends its headers and the compile fails (run 36).
+# the folder of the compiler it was given: so the runtime's nvcc needs CUDA_HOME set to the folder it comes in
+# (bin/, include/ with cccl/, lib/), or a host's own toolkit of another version lends the headers.
 def runtime_cuda_home(nvcc: Path) -> Path:
     """The CUDA folder of the runtime's nvcc (site-packages/nvidia/cu13)."""
     return nvcc.parent.parent
