@@ -197,8 +197,8 @@ def test_the_start_defaults_figures_are_the_recorded_run_33():
 def test_the_h100_ep8_figures_against_sglang_are_the_recorded_runs_34_and_35():
     """The 235B EP8 shard against SGLang on an H100: run 34 (none of the image's files read there) in its archive
     section and index row; run 35 (the H200's fused-MoE files read as the H100's) and 35b (the small-M files too)
-    in the goals row, the headline, the archive and README; the H200 entries' kernel ratios on the H100 come from
-    probe 34b's bench."""
+    in the goals row, the headline (35b: not there, where run 36's side-by-side figures stand), the archive and
+    README; the H200 entries' kernel ratios on the H100 come from probe 34b's bench."""
     from bench.moe.report import t_of
 
     model = "qwen3-235b-ep8-block@94L"
@@ -235,7 +235,7 @@ def test_the_h100_ep8_figures_against_sglang_are_the_recorded_runs_34_and_35():
         figure = f"{statistics.median(ratios):.3f} ({ratios[0]:.3f}-{ratios[-1]:.3f})"
         assert figure in GOALS and f"**{statistics.median(ratios):.3f}** ({ratios[0]:.3f}-{ratios[-1]:.3f})" in \
             archived("35"), clients
-        assert f"{statistics.median(ratios):.3f}x" in HEADLINE and f"{statistics.median(ratios):.3f}x" in readme
+        assert f"{statistics.median(ratios):.3f}x" in readme  # the headline carries run 36's side-by-side since
         assert f"{statistics.median(ratios):.3f}x" in index_row_of("35"), clients
     # probe 34b on the H100: the H200 entries (w13 + w2) over vLLM's default, the archive's rows
     assert json.loads((data / "kernels" / "meta_h100.json").read_text())["device"] == "NVIDIA H100 80GB HBM3"
@@ -251,6 +251,30 @@ def test_the_h100_ep8_figures_against_sglang_are_the_recorded_runs_34_and_35():
         assert f"**{ratio[1]:.3f}**" in line and f"**{big[0]:.3f}-{big[-1]:.3f}**" in line, shape
         assert max(ratio.values()) < 1.005, shape
 
+
+def test_the_h100_ep8_figures_of_the_image_as_it_ships_are_the_recorded_run_36():
+    """Run 36, the image reading the H200's fused-MoE and small-M files as the H100's, side by side with SGLang: its
+    ratios in the archive, the goals row, the headline, the index row and README; the start figures in the archive;
+    vLLM's own split of the image's first token at 128 clients in the archive, the goals row and README."""
+    model = "qwen3-235b-ep8-block@94L"
+    readme = (ROOT / "README.md").read_text().replace("\n", " ")
+    res = json.loads((ROOT / "bench" / "data" / "h100_block_36" / "e2e.json").read_text())
+    assert res["servers"][f"{model}.image"]["moe_configs_not_found"] == []
+    for clients in ("8", "32", "128"):
+        ratios, cross = tok_s(res, model, clients, base="sglang")
+        assert len(ratios) == 3 and cross == [], clients
+        m, rng = f"{statistics.median(ratios):.3f}", f"({ratios[0]:.3f}-{ratios[-1]:.3f})"
+        assert f"**{m}** {rng}" in archived("36") and f"**{m} {rng}**" in GOALS, clients
+        assert f"**{m}x**" in HEADLINE and f"{m}x" in index_row_of("36") and f"{m}x" in readme, clients
+    image, sglang = (res["servers"][f"{model}.{arm}"] for arm in ("image", "sglang"))
+    assert (f"Ready after {image['ready_s']:.1f} against {sglang['ready_s']:.1f} s" in archived("36")
+            and f"first request {image['first_ttft_ms']:.1f}\n  against {sglang['first_ttft_ms']:.1f} ms" in archived("36"))
+    split = [r["throughput"]["128"]["server"] for r in res["models"][model]["reps"]["image"]]
+    ttft, queue, prefill = (statistics.median(x[k] for x in split) for k in ("ttft_ms", "queue_ms", "prefill_ms"))
+    assert f"{ttft:.1f} ms after its arrival" in archived("36").replace("\n  ", " ")
+    assert f"{queue:.1f} ms in the scheduler's queue and {prefill:.1f}" in archived("36").replace("\n  ", " ")
+    assert f"{queue:.1f} ms queued, {prefill:.1f} ms prefill" in GOALS and f"{round(ttft)} ms" in GOALS
+    assert f"{round(ttft)} ms after its arrival: {round(prefill)} ms of prefill" in readme
 
 def test_the_235b_ep8_gemv_and_vllm_034_figures_are_the_recorded_run_20():
     """The headline's 235B EP8 figures with patch 0011's entries (image-candidates/stock) and its stock vLLM 0.34
