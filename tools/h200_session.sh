@@ -230,7 +230,8 @@ all)
             E2E_ARGS=$(echo " ${E2E_ARGS:-} " | sed "s/ image-candidates / /g")
         fi
     fi
-    # the host-stack probes started beside the staging calls (their results folder, their subcommand)
+    # the probes started in the background, beside the staging calls (the host stack's) or by prep (the image
+    # runtime's): their results folder, their subcommand
     for probe in gemv:gemv-probe dense-gemv:dense-gemv-probe prompt:prompt-gemm-probe; do
         dir=$RES/${probe%%:*} sub=${probe#*:}
         [ -d "$dir" ] || continue
@@ -295,8 +296,8 @@ collect)
     [ -n "$setup" ] && tar -czf "$OUT/setup-logs.tar.gz" -C "$RES" $setup
     for f in e2e.md e2e.json; do [ -f "$RES/e2e/$f" ] && cp "$RES/e2e/$f" "$OUT/"; done
     # the kernel benches' and the tune's tables and data (not the tune's configs/ copy) in one file
-    benches=$(cd "$RES" && ls -d quant/fp8_quant.* router/router_topk.* decode/decode_gemm.* prompt/prompt_gemm.* prompt/probe.log \
-              candidates gemv dense-gemv kernels \
+    benches=$(cd "$RES" && ls -d quant/fp8_quant.* router/router_topk.* decode/decode_gemm.* prompt/prompt_gemm.* \
+              prompt/probe.log candidates gemv dense-gemv kernels \
               2>/dev/null)
     [ -n "$benches" ] && tar -czf "$OUT/kernel-benches.tar.gz" -C "$RES" --exclude kernels/configs $benches
     [ -d "$RES/e2e/logs" ] && tar -czf "$OUT/e2e-logs.tar.gz" -C "$RES/e2e" logs

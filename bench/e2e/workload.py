@@ -79,8 +79,8 @@ def prefix_cache_tokens(host: str) -> dict | None:
     """vLLM's prefix-cache counters from /metrics: {"queries": tokens looked up, "hits": tokens found}; None where
     the server exports neither (SGLang without --enable-metrics) or does not answer."""
     text = _metrics(host)
-    return (_summed(text, {k: f"vllm:prefix_cache_{k}_total" for k in ("queries", "hits")}, int) or None) if text \
-        else None
+    counts = _summed(text, {k: f"vllm:prefix_cache_{k}_total" for k in ("queries", "hits")}, int) if text else {}
+    return counts or None
 
 
 # vLLM's request histograms that split a time to first token on the server: from the request's arrival (its prompt
