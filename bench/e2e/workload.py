@@ -224,14 +224,16 @@ def sweep(wl: Workload, host: str, waves: int, clients=None, first: int = 0) -> 
     keep = set(clients or THROUGHPUT_CONCURRENCY + LATENCY_CONCURRENCY)
     phase, k = first // PHASE_PROMPTS, first
     out: dict = {"throughput": {}, "latency": {}}
+    phases = server_phases(host)  # read between the timed runs: a run's split is the change across it
     for kind, concurrencies, measure in (("throughput", THROUGHPUT_CONCURRENCY, wl.throughput),
                                          ("latency", LATENCY_CONCURRENCY, wl.latency)):
         for c in concurrencies:
             if c in keep:
-                before = server_phases(host)  # outside the timed run, as is the reading after it
                 out[kind][str(c)] = measure(host, c, waves, k)
-                if before is not None:
-                    out[kind][str(c)]["server"] = phases_between(before, server_phases(host))
+                if phases is not None:
+                    after = server_phases(host)
+                    out[kind][str(c)]["server"] = phases_between(phases, after)
+                    phases = after
                 k += requests_for(c, waves)
     assert k < (phase + 1) * PHASE_PROMPTS
     return out
