@@ -145,6 +145,18 @@ def test_server_phases_are_none_without_vllms_histograms():
 
 
 
+def test_the_cross_checks_rows_keep_the_servers_split_where_it_was_read():
+    """The child's row of one measurement becomes the bench's shape, the server's split under latency beside the
+    client's TTFT; a server without vLLM's histograms (SGLang) adds none."""
+    from bench.e2e import crosscheck
+    srv = {"requests": 8, "ttft_ms": 60.0, "queue_ms": 0.0, "prefill_ms": 35.0}
+    row = {"arm": "image", "rep": 0, "clients": 8, "completed": 8, "failed": 0, "input_tokens": 1024,
+           "output_throughput": 800.0, "median_ttft_ms": 63.0, "median_itl_ms": 9.0}
+    reps = crosscheck.as_reps([{**row, "server": srv}, {**row, "arm": "sglang", "server": None}])
+    assert reps["image"][0]["latency"]["8"] == {"ttft_p50_ms": 63.0, "itl_p50_ms": 9.0, "server": srv}
+    assert reps["sglang"][0]["latency"]["8"] == {"ttft_p50_ms": 63.0, "itl_p50_ms": 9.0}
+
+
 def test_the_summary_sets_vllms_split_of_the_first_token_beside_the_clients():
     """e2e.md's server-phase table: per arm, run kind and concurrency the median over repetitions of the server's
     means, beside the client's TTFT p50 where the run streamed; a run recorded without the split adds no table."""
@@ -154,9 +166,17 @@ def test_the_summary_sets_vllms_split_of_the_first_token_beside_the_clients():
                 "latency": {"8": {"requests": 32, "ttft_p50_ms": ttft + 5, "server": srv}}}
     results = {"args": {}, "servers": {},
                "models": {"m": {"reps": {"image": [rep(100.0, 10.0), rep(300.0, 30.0), rep(200.0, 20.0)]}}}}
+    # the cross-check's measurements, split around each by the client's child (crosscheck.main)
+    client = [{"throughput": {"128": {"tok_s": 1.0}}, "requests": {"128": {"completed": 512}},
+               "latency": {"128": {"ttft_p50_ms": 330.0, "server": {"requests": 512, "ttft_ms": t,
+                                                                   "queue_ms": 0.5, "prefill_ms": 110.0}}}}
+              for t in (150.0, 160.0)]
+    results["models"]["m"]["cross_check"] = {"image": client}
     rows = [ln for ln in report.server_phase_table(results) if ln.startswith("| m |")]
     assert rows == ["| m | image | throughput | 128 | - | 200.0 | 20.0 | 20.0 |",
-                    "| m | image | latency | 8 | 205.0 | 200.0 | 20.0 | 20.0 |"]
+                    "| m | image | latency | 8 | 205.0 | 200.0 | 20.0 | 20.0 |",
+                    "| m | image | vLLM's client | 128 | 330.0 | 155.0 | 0.5 | 110.0 |"]
+    results["models"]["m"]["cross_check"] = {"error": "RuntimeError('the client exited 1')"}
     for r in results["models"]["m"]["reps"]["image"]:
         for kind in r.values():
             for m in kind.values():
@@ -193,8 +213,12 @@ def test_cross_check_measures_each_arm_with_vllms_own_client(run):
             # --waves 1: one request per client, each of the run's prompt length in the model's own tokenizer
             assert req == {"completed": int(c), "failed": 0, "input_tokens": int(c) * PROMPT_TOKENS}
             assert rep["throughput"][c]["tok_s"] > 0 and rep["latency"][c]["ttft_p50_ms"] > 0
+            # vLLM's own split of the first token over exactly this measurement's requests
+            srv = rep["latency"][c]["server"]
+            assert srv["requests"] == int(c) and 0 < srv["prefill_ms"] < srv["ttft_ms"], (arm, c, srv)
     md = (out / "e2e.md").read_text()
     assert "Cross-check with vLLM's `vllm bench serve`" in md
+    assert any(ln.startswith("| tiny-cpu | image | vLLM's client | 8 |") for ln in md.splitlines())
     row = next(ln for ln in md.splitlines() if ln.startswith("| tiny-cpu | image/stock | tok_s | 1 |")).split("|")
     assert float(row[5].split()[0]) > 0 and float(row[6].split()[0]) > 0 and row[7].strip() in ("yes", "no")
     assert "cross-check with 4 measurements" in stdout  # 2 arms x 2 concurrencies, one repetition

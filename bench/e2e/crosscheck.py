@@ -15,7 +15,10 @@ its first prompt twice, is skipped (the servers are ready).
 
 Its output tokens/s, median TTFT and median inter-token latency are kept per arm and repetition in the shape of the
 bench's own figures (e2e.json: models.MODEL.cross_check.ARM, a list like reps.ARM), so the same paired ratios come
-out of both, and e2e.md sets them side by side (report.cross_check_table).
+out of both, and e2e.md sets them side by side (report.cross_check_table). Around each measurement of a vLLM arm the
+child reads the server's own split of the first token (workload.server_phases), kept as the bench's own runs keep it
+(latency.CLIENTS.server): the client sends text, which the serving layer tokenizes, and streams every request, so
+its TTFT less the server's is the HTTP path under that client's load.
 
 One child Python runs every measurement of a model in turn (the client's import takes seconds; once per model):
 
@@ -30,9 +33,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from urllib.parse import urlsplit
+
 from serving.paths import ROOT
 
-from .workload import repetition_order
+from .workload import phases_between, repetition_order, server_phases
 
 CLIENT = "vLLM's `vllm bench serve` (vllm.benchmarks.serve)"
 # The client's figure -> the bench's own name for the same figure (workload.Workload's throughput and latency).
@@ -75,7 +80,8 @@ def plan(urls: dict[str, str], model_id: str, tokenizer: Path, in_tokens: int, o
     """Every measurement of one model (urls: arm -> its server's http://host:port), in the order they run:
     repetition, then arm (in the order given, reversed in odd repetitions: workload.repetition_order), then
     concurrency. Each names its prompts (`dataset`: the JSONL file in prompts_dir, its seed, how many, how long),
-    which the child writes before it runs the measurement."""
+    which the child writes before it runs the measurement, and its server's host:port, whose /metrics it reads
+    around it."""
     entries = []
     for rep in range(reps):
         for arm in repetition_order(list(urls), rep):
@@ -85,6 +91,7 @@ def plan(urls: dict[str, str], model_id: str, tokenizer: Path, in_tokens: int, o
                 dataset = {"path": str(prompts_dir / f"prompts-{seed}.jsonl"), "seed": seed, "prompts": waves * c,
                            "tokens": in_tokens, "tokenizer": str(tokenizer)}
                 entries.append({"arm": arm, "rep": rep, "clients": c, "dataset": dataset,
+                                "host": urlsplit(url).netloc,
                                 "argv": client_args(url, model_id, tokenizer, Path(dataset["path"]), out_tokens, c,
                                                     waves, seed)})
     return entries
@@ -106,7 +113,7 @@ def write_dataset(dataset: dict) -> None:
 
 def as_reps(rows: list[dict]) -> dict[str, list[dict]]:
     """The client's results as the bench's own repetitions are kept: arm -> [{"throughput": {clients: {"tok_s"}},
-    "latency": {clients: {"ttft_p50_ms", "itl_p50_ms"}},
+    "latency": {clients: {"ttft_p50_ms", "itl_p50_ms", "server" where read}},
     "requests": {clients: {"completed", "failed", "input_tokens"}}}]."""
     out: dict[str, list[dict]] = {}
     for row in rows:
@@ -118,6 +125,8 @@ def as_reps(rows: list[dict]) -> dict[str, list[dict]]:
         if "error" not in row:
             for name, (kind, metric) in FIGURES.items():
                 rep[kind].setdefault(c, {})[metric] = row[name]
+            if row.get("server"):
+                rep["latency"][c]["server"] = row["server"]
     return out
 
 
@@ -154,7 +163,9 @@ def main(argv: list[str]) -> int:
                 if e["dataset"]["path"] not in written:
                     write_dataset(e["dataset"])
                     written.add(e["dataset"]["path"])
+                before = server_phases(e["host"])
                 r = bench_main(parser.parse_args(e["argv"]))
+                row["server"] = phases_between(before, server_phases(e["host"]))
                 row.update(completed=int(r["completed"]), failed=int(r["failed"]),
                            input_tokens=int(r["total_input_tokens"]))
                 if row["completed"]:

@@ -120,21 +120,26 @@ def step_table(results: dict) -> list[str]:
 def server_phase_table(results: dict) -> list[str]:
     """vLLM's own split of the time to first token (workload.server_phases), the median over the repetitions of
     each measured run's means, beside the client's: what the HTTP path, the scheduler's queue and the prefill each
-    take at each concurrency."""
+    take at each concurrency; the cross-check's measurements too (vLLM's client: text prompts, every request
+    streamed)."""
     def med(values) -> str:
         known = [v for v in values if v is not None]
         return f"{statistics.median(known):.1f}" if known else "-"
 
     rows = []
     for mname, m in results["models"].items():
-        for arm, reps in m.get("reps", {}).items():
-            for kind in ("throughput", "latency"):
-                for c in sorted({c for r in reps for c in r.get(kind, {})}, key=int):
-                    runs = [r[kind][c] for r in reps if (r.get(kind, {}).get(c) or {}).get("server")]
-                    if runs:
-                        rows.append(f"| {mname} | {arm} | {kind} | {c} | {med(x.get('ttft_p50_ms') for x in runs)} | "
-                                    + " | ".join(med(x["server"][k] for x in runs)
-                                                 for k in ("ttft_ms", "queue_ms", "prefill_ms")) + " |")
+        for section, kinds in (("reps", {"throughput": "throughput", "latency": "latency"}),
+                               ("cross_check", {"latency": "vLLM's client"})):
+            arms = m.get(section) or {}
+            for arm, reps in ({} if "error" in arms else arms).items():
+                for kind, run in kinds.items():
+                    for c in sorted({c for r in reps for c in r.get(kind, {})}, key=int):
+                        runs = [r[kind][c] for r in reps if (r.get(kind, {}).get(c) or {}).get("server")]
+                        if runs:
+                            rows.append(f"| {mname} | {arm} | {run} | {c} | "
+                                        f"{med(x.get('ttft_p50_ms') for x in runs)} | "
+                                        + " | ".join(med(x["server"][k] for x in runs)
+                                                     for k in ("ttft_ms", "queue_ms", "prefill_ms")) + " |")
     if not rows:
         return []
     return ["", "| model | arm | run | clients | client TTFT p50 (ms) | server TTFT mean, from arrival (ms) | "

@@ -94,7 +94,9 @@ class Run:
             wait_ready(list(group.values()), cfg.ready_timeout, report=log, min_ready=min(2, len(group)))
 
     def measure(self, m: Model, arms: dict[str, Server], model_dir: Path) -> None:
-        """One model's warm-up pass per arm, the alternating repetitions, the cross-check, and the profiles."""
+        """One model's warm-up pass per arm, the alternating repetitions, the profiles, and the cross-check (the
+        profiles first: a few seconds each, where the cross-check repeats every measurement, so a lease that ends
+        early keeps them)."""
         if not arms:
             return
         cfg = self.cfg
@@ -122,21 +124,8 @@ class Run:
             self.save()
         # the servers' facts now, not only at the end: a run cut short during the profiles (its device lease
         # ending) still keeps each server's first TTFT and JIT counts. The prefix-cache counters now, before the
-        # cross-check's client sends its own prompts: 0 hits says no prefill of this bench was a cache hit
+        # profiles and the cross-check send prompts of their own: 0 hits says no measured prefill was a cache hit
         self.record_prefix_caches(arms.values(), "prefix_cache_tokens")
-        if cfg.cross_check:
-            clients = tuple(c for c in THROUGHPUT_CONCURRENCY if not cfg.clients or c in cfg.clients)
-            work = cfg.work / "crosscheck" / m.name
-            entries = plan({arm: arms[arm].url for arm in measured}, model_id, model_dir, cfg.in_tokens,
-                           cfg.out_tokens, clients, cfg.waves, cfg.cross_check, work / "prompts")
-            try:
-                mres["cross_check"] = cross_check(cfg.image_python, entries, work,
-                                                  timeout=cfg.ready_timeout + 60 * len(entries))
-            except Exception as e:  # the cross-check is extra: record why it failed, keep the figures
-                mres["cross_check"] = {"error": repr(e)[:500]}
-            log(f"{m.name}: cross-check with {len(entries)} measurements")
-            # the counters again: still 0 hits says the client's prompts were fresh too
-            self.record_prefix_caches(arms.values(), "prefix_cache_tokens_cross_check")
         if cfg.profile:
             tokens = cfg.profile_tokens or cfg.out_tokens
             window = Workload(model_id, cfg.in_tokens, tokens, self.vocab)  # wl's prompts, shorter outputs
@@ -151,6 +140,20 @@ class Run:
                         mres["profile"][f"{arm}.c{c}"] = {"error": repr(e)[:300]}
                     first += requests_for(c, 1)
             self.save()
+        if cfg.cross_check:
+            clients = tuple(c for c in THROUGHPUT_CONCURRENCY if not cfg.clients or c in cfg.clients)
+            work = cfg.work / "crosscheck" / m.name
+            entries = plan({arm: arms[arm].url for arm in measured}, model_id, model_dir, cfg.in_tokens,
+                           cfg.out_tokens, clients, cfg.waves, cfg.cross_check, work / "prompts")
+            try:
+                mres["cross_check"] = cross_check(cfg.image_python, entries, work,
+                                                  timeout=cfg.ready_timeout + 60 * len(entries))
+            except Exception as e:  # the cross-check is extra: record why it failed, keep the figures
+                mres["cross_check"] = {"error": repr(e)[:500]}
+            log(f"{m.name}: cross-check with {len(entries)} measurements")
+            # the counters again: still 0 hits says the client's prompts were fresh too
+            self.record_prefix_caches(arms.values(), "prefix_cache_tokens_cross_check")
+        self.save()
 
 
 def run(cfg: Config, models: list[Model]) -> dict:
