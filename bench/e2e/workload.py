@@ -83,10 +83,11 @@ def prefix_cache_tokens(host: str) -> dict | None:
     return counts or None
 
 
-# vLLM's request histograms that split a time to first token on the server: from the request's arrival (its prompt
-# rendered by the serving layer, the HTTP body parsed) to its first token reaching the output processor, its wait
-# in the scheduler's queue, and its prefill (first scheduled to first token). The client's TTFT less the first is
-# the HTTP path both ways.
+# vLLM's request histograms that split a time to first token on the server: from the request's arrival (the HTTP
+# body parsed, the serving layer starting to render and tokenize its prompt: vLLM 0.32's renderers set arrival_time
+# there) to its first token reaching the output processor, its wait in the scheduler's queue, and its prefill (first
+# scheduled to first token). The client's TTFT less the first is the HTTP path both ways, the request's wait for the
+# API server's event loop included.
 SERVER_PHASES = {"ttft": "vllm:time_to_first_token_seconds", "queue": "vllm:request_queue_time_seconds",
                  "prefill": "vllm:request_prefill_time_seconds"}
 
