@@ -37,6 +37,7 @@ import contextlib
 import itertools
 import json
 import os
+import re
 import statistics
 import time
 from pathlib import Path
@@ -117,11 +118,20 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     return float((out.float() - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
 
 
-def failure(e: BaseException, head: int = 300, tail: int = 1500) -> str:
-    """An arm's error as recorded: its start and its end (a JIT compiler's own message comes last, after the
-    command line it ran)."""
+# A line of a compiler's output that says what went wrong (nvcc, g++ and CCCL word them so).
+_ERROR_LINE = re.compile(r"\berror\b|\bfatal\b|#error", re.IGNORECASE)
+ERROR_LINES = 10
+
+
+def failure(e: BaseException, head: int = 300, tail: int = 600) -> str:
+    """An arm's error as recorded: its start (the command a JIT ran), the lines between that name an error (the
+    compiler's own words, which DeepGEMM's JIT puts before a long C++ stack trace), and its end."""
     text = repr(e)
-    return text if len(text) <= head + tail else f"{text[:head]} [...] {text[-tail:]}"
+    if len(text) <= head + tail:
+        return text
+    middle = text[head:-tail].replace("\\n", "\n").splitlines()
+    errors = [ln.strip()[:300] for ln in middle if _ERROR_LINE.search(ln)][:ERROR_LINES]
+    return " [...] ".join([text[:head], *errors, text[-tail:]])
 
 
 def working(arms: dict, ref: torch.Tensor, failed: dict, first_ms: dict) -> dict:

@@ -56,12 +56,17 @@ def test_refuses_to_run_without_a_gpu(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
-def test_a_failed_arm_keeps_the_compilers_message_at_the_end_of_its_error():
-    """A JIT's error is its command line, then the compiler's own words: the record keeps both ends."""
+def test_a_failed_arm_keeps_the_compilers_own_words_from_the_middle_of_its_error():
+    """A JIT's error is its command line, the compiler's own words, then (DeepGEMM's) a C++ stack trace: the record
+    keeps the start, every line between that names an error, and the end."""
     from bench.decode_gemm_bench import failure
 
     command = "nvcc " + " ".join(f"-I/include/{i}" for i in range(400))
-    text = failure(RuntimeError(f"command failed with exit code 1:\n{command}\nerror: cuda_bf16.h: no such file"))
-    assert text.startswith("RuntimeError('command failed") and text.endswith("no such file')")
-    assert "[...]" in text and len(text) < 2000
+    stack = "\n".join(f"  #{i} /site-packages/deep_gemm/_C.so+0x{i:x} <unknown function> at ??:0" for i in range(40))
+    text = failure(RuntimeError(f"command failed with exit code 1:\n{command}\n"
+                                f"/include/cuda/std/__cccl/compiler.h(41): error: CCCL requires at least CUDA 13.1\n"
+                                f"1 error detected in the compilation\n{stack}"))
+    assert text.startswith("RuntimeError('command failed") and text.endswith("at ??:0')")
+    assert "[...] /include/cuda/std/__cccl/compiler.h(41): error: CCCL requires at least CUDA 13.1 [...]" in text
+    assert "1 error detected in the compilation" in text and len(text) < 2000
     assert failure(ValueError("short")) == "ValueError('short')"
