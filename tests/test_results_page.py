@@ -276,6 +276,46 @@ def test_the_h100_ep8_figures_of_the_image_as_it_ships_are_the_recorded_run_36()
     assert f"{queue:.1f} ms queued, {prefill:.1f} ms prefill" in GOALS and f"{round(ttft)} ms" in GOALS
     assert f"{round(ttft)} ms after its arrival: {round(prefill)} ms of prefill" in readme
 
+def test_the_h100_ep8_figures_against_sglang_with_vllms_client_are_the_recorded_run_37():
+    """Run 37, the image as it ships against SGLang with vLLM's client beside: both clients' ratios in the archive,
+    the goals row, the headline and README; the start figures; the profile's step spans on the host and the GPU at
+    128 clients, and vLLM's split of the first token under vLLM's client, in the archive."""
+    model = "qwen3-235b-ep8-block@94L"
+    readme = (ROOT / "README.md").read_text().replace("\n", " ")
+    res = json.loads((ROOT / "bench" / "data" / "h100_block_37" / "e2e.json").read_text())
+    section, goals = archived("37"), GOALS.replace("\n", " ")
+    for clients in ("8", "32", "128"):
+        ratios, cross = tok_s(res, model, clients, base="sglang")
+        assert len(ratios) == 3 and len(cross) == 2, clients
+        m, rng = f"{statistics.median(ratios):.3f}", f"({ratios[0]:.3f}-{ratios[-1]:.3f})"
+        cm = f"{statistics.median(cross):.3f}"
+        cross_rng = f"({min(cross):.3f}-{max(cross):.3f})"
+        assert f"**{m}** {rng}" in section and f"{cm} {cross_rng}" in section, clients
+        assert f"**{m} {rng}**" in goals and f"**{m}x**" in HEADLINE and f"{m}x" in readme, clients
+        assert f"{cm}x" in HEADLINE and f"{cm}x" in readme and f"{m}x" in index_row_of("37"), clients
+    assert "**0.956 (0.947-0.964)**: **not met**" in goals
+    image, sglang = (res["servers"][f"{model}.{arm}"] for arm in ("image", "sglang"))
+    started = f"Ready after {image['ready_s']:.1f} against {sglang['ready_s']:.1f} s, first request " \
+              f"{image['first_ttft_ms']:.1f} against {sglang['first_ttft_ms']:.1f} ms"
+    assert started in section and started in goals
+    steps = res["models"][model]["profile"]["image.c128"]["step_kinds"]
+    decode = steps["execute_context_0(0)_generation_128(128)"]
+    alone = steps["execute_context_1(128)_generation_0(0)"]
+    tail = steps["execute_context_1(64)_generation_127(127)"]
+    flat = section.replace("\n  ", " ")
+    assert f"spanned {decode['gpu_ms']:.2f} ms on the GPU and {decode['host_ms']:.1f} ms on the host" in flat
+    assert f"alone (128 tokens) {alone['host_ms']:.1f} ms on the host and {alone['gpu_ms']:.1f} ms" in flat
+    assert f"127 decodes {tail['host_ms']:.1f} ms on the host for {tail['gpu_ms']:.1f} ms on the GPU" in flat
+    prompt_steps = [v["host_ms"] for k, v in steps.items() if not k.startswith("execute_context_0(")]
+    assert f"{min(prompt_steps):.0f}-{max(prompt_steps):.0f} ms of host time" in goals
+    split = res["models"][model]["cross_check"]["image"]
+    ttft, queue, prefill = (statistics.median(r["latency"]["128"]["server"][k] for r in split)
+                            for k in ("ttft_ms", "queue_ms", "prefill_ms"))
+    client = statistics.median(r["latency"]["128"]["ttft_p50_ms"] for r in split)
+    assert (f"{ttft:.1f} ms from arrival" in flat and f"{queue:.1f} ms of it queued and {prefill:.1f} ms of prefill"
+            in flat and f"client's p50 of {client:.1f} ms" in flat)
+
+
 def test_the_235b_ep8_gemv_and_vllm_034_figures_are_the_recorded_run_20():
     """The headline's 235B EP8 figures with patch 0011's entries (image-candidates/stock) and its stock vLLM 0.34
     figures (image/vllm-latest), from both clients, are run 20's."""
