@@ -550,6 +550,7 @@ def test_the_full_graphs_arm_is_the_image_with_every_step_in_one_cuda_graph(tmp_
     assert parsed[models.FULL_GRAPHS_ARM].cudagraph_mode == CUDAGraphMode.FULL
     sizes = {arm: c.cudagraph_capture_sizes for arm, c in parsed.items()}
     assert sizes["image"] == sizes[models.FULL_GRAPHS_ARM] and max(sizes["image"]) == 8192
+
     def without_config(a: list[str]) -> list[str]:
         i = a.index("--compilation-config")
         return a[:i] + a[i + 2:]

@@ -306,6 +306,9 @@ def test_the_h100_ep8_figures_against_sglang_with_vllms_client_are_the_recorded_
     assert f"spanned {decode['gpu_ms']:.2f} ms on the GPU and {decode['host_ms']:.1f} ms on the host" in flat
     assert f"alone (128 tokens) {alone['host_ms']:.1f} ms on the host and {alone['gpu_ms']:.1f} ms" in flat
     assert f"127 decodes {tail['host_ms']:.1f} ms on the host for {tail['gpu_ms']:.1f} ms on the GPU" in flat
+    window = {arm: res["models"][model]["profile"][f"{arm}.c128"] for arm in ("image", "sglang")}
+    idle = {arm: f"{w['gpu_span_ms'] - w['gpu_busy_ms']:.0f} of {w['gpu_span_ms']:.0f}" for arm, w in window.items()}
+    assert f"idled {idle['image']} ms (SGLang {idle['sglang']})" in goals.replace("the window's ", "")
     prompt_steps = [v["host_ms"] for k, v in steps.items() if not k.startswith("execute_context_0(")]
     assert f"{min(prompt_steps):.0f}-{max(prompt_steps):.0f} ms of host time" in goals
     split = res["models"][model]["cross_check"]["image"]

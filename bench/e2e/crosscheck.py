@@ -32,7 +32,6 @@ import string
 import subprocess
 import sys
 from pathlib import Path
-
 from urllib.parse import urlsplit
 
 from serving.paths import ROOT
