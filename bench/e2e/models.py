@@ -111,9 +111,10 @@ def parse_layers(tokens: list[str], models: list[str]) -> dict[str, int]:
 # has KV heads. "image-full-graphs" (every step of up to cuda_graph_max_tokens in one CUDA graph, prompt steps
 # included: vLLM's compilation_config cudagraph_mode FULL, which FlashAttention 3 supports for steps that mix
 # prompts and decodes, where vLLM's default FULL_AND_PIECEWISE runs a step with a prompt in it piecewise, its
-# attention eager between the graph pieces of every layer; the launcher adds its capture sizes to it). A candidate
-# for the prompt steps' host time (run 37: 55-68 ms a step on the 235B EP8 shard whatever its size, against 5-6 ms
-# for a decode step), not a default.
+# attention eager between the graph pieces of every layer; the launcher adds its capture sizes to it; a step of
+# decodes alone then replays the same graphs as a mixed step of its size). A candidate for the prompt steps' host
+# time (run 37: 55-68 ms a step on the 235B EP8 shard whatever its size, against 5-6 ms for a decode step), not a
+# default.
 # Arms that differ from theirs ("stock") by vLLM environment variables only: "stock-debug".
 ARM_ENV: dict[str, dict[str, str]] = {
     "stock-debug": {"VLLM_LOGGING_LEVEL": "DEBUG"},
