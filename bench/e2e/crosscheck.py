@@ -153,6 +153,9 @@ def main(argv: list[str]) -> int:
 
     entries = json.loads(Path(argv[0]).read_text())
     written: set[str] = set()  # the arms of a repetition share a concurrency's prompts: each file is written once
+    # each server's last /metrics reading: no request reaches a server between its measurements, so the reading
+    # after one is the reading before its next (dropped when a measurement fails, as its requests may have run)
+    last: dict[str, dict | None] = {}
     with open(argv[1], "a") as out:
         for e in entries:
             parser = FlexibleArgumentParser()
@@ -162,9 +165,11 @@ def main(argv: list[str]) -> int:
                 if e["dataset"]["path"] not in written:
                     write_dataset(e["dataset"])
                     written.add(e["dataset"]["path"])
-                before = server_phases(e["host"])
+                host = e["host"]
+                before = last.pop(host) if host in last else server_phases(host)
                 r = bench_main(parser.parse_args(e["argv"]))
-                row["server"] = phases_between(before, server_phases(e["host"]))
+                last[host] = server_phases(host)
+                row["server"] = phases_between(before, last[host])
                 row.update(completed=int(r["completed"]), failed=int(r["failed"]),
                            input_tokens=int(r["total_input_tokens"]))
                 if row["completed"]:

@@ -153,7 +153,7 @@ class Run:
             log(f"{m.name}: cross-check with {len(entries)} measurements")
             # the counters again: still 0 hits says the client's prompts were fresh too
             self.record_prefix_caches(arms.values(), "prefix_cache_tokens_cross_check")
-        self.save()
+            self.save()
 
 
 def run(cfg: Config, models: list[Model]) -> dict:
