@@ -7,18 +7,30 @@ Eagerly, each fused-MoE layer costs about a millisecond of Python on the host, s
 0.5.21 captures its prefill steps up to 8,192 tokens. Above vLLM's own sizes this module adds sizes a quarter of a
 power of two apart (above 512: 640, 768, 896, 1024, 1280, ..., 8192), so a step is padded by less than 25%, and
 hands the list to vLLM as its compilation config's `cudagraph_capture_sizes`. vLLM pads a step up to the next
-captured size and replays the graph; attention runs outside the graph in its piecewise mode, so padding costs only
-the padded rows' GEMM work. vLLM counts the graphs' memory before it sizes the KV cache.
+captured size and replays the graph; the padded rows cost GEMM work, and attention work where it runs in the graph.
+vLLM counts the graphs' memory before it sizes the KV cache.
 
 On by default at 8,192 tokens on the GPU build. On the same shard the image served 1.13x stock's output tokens/s at
 8 and 32 clients with it (0.99x with vLLM's own sizes) and a third of stock's time to first token, for 1.2 GiB more
 graph memory and about 20 s more start (run 16).
+
+option.cuda_graph_full_steps (on by default on the GPU build) asks vLLM for cudagraph_mode FULL: every step up to the
+largest size in one graph, attention and the KV-cache write included. vLLM's default FULL_AND_PIECEWISE runs a step
+of decodes alone in one graph but a step with prompt tokens piecewise, attention eager between the graph pieces of
+each layer: on the 94-layer EP8 shard such a step took 55-68 ms of host time whatever its size, against 5-6 ms for a
+decode step (run 37's profile). FlashAttention 3 runs any step in one graph; there the shard served 1.040x, 1.023x,
+1.010x and 1.018x the output tokens/s at 1, 8, 32 and 128 clients, with 0.64x the time to first token at one client,
+for 3.33 against 1.72 GiB of graph memory on an H100 (run 38). A backend that captures only uniform decode batches
+(FlashInfer, the MLA backends) keeps FULL_AND_PIECEWISE, one that captures none PIECEWISE (patch 0013), each with
+vLLM's warning in the start log.
 """
 from __future__ import annotations
 
 from typing import Mapping
 
 SETTING = "cuda_graph_max_tokens"
+FULL_STEPS_SETTING = "cuda_graph_full_steps"
+MODE_KEY = "cudagraph_mode"  # vLLM's CompilationConfig field
 # vLLM 0.32's own sizes (VllmConfig._set_cudagraph_sizes): 1, 2, 4, multiples of 8 below 256, then multiples of 16
 # up to 2 x max_num_seqs, at most 512; its default max_num_seqs on a Hopper API server gives the 512.
 VLLM_MAX_DEFAULT_SIZE = 512
@@ -78,3 +90,31 @@ def compilation_config(max_tokens: int, config: dict | None, entries: Mapping, c
     above = [n for n in sizes if n > VLLM_MAX_DEFAULT_SIZE]
     return {**config, "cudagraph_capture_sizes": sizes}, (f"CUDA graphs for steps of up to {max_tokens} tokens ({SETTING}): "
                                 f"{len(sizes)} capture sizes, {len(above)} of them above vLLM's 512")
+
+
+def full_steps_config(enabled: bool, config: dict | None, entries: Mapping, cpu_build: bool,
+                      eager: bool) -> tuple[dict | None, str | None]:
+    """option.cuda_graph_full_steps as compilation_config does for the sizes: `config` with cudagraph_mode FULL, or
+    None to leave it as it is; and a note for the start log saying what was done, or why not."""
+    if not enabled or config is None:
+        return None, None
+    said = f"{FULL_STEPS_SETTING}=true"
+    if cpu_build:
+        return None, f"{said} ignored: the CPU build runs no CUDA graphs"
+    if eager:
+        return None, f"{said} ignored: enforce_eager runs no CUDA graphs"
+    user = entries.get("compilation_config")
+    source = f"compilation_config ({user.source})" if user is not None else "compilation_config"
+    if MODE_KEY in config:
+        return None, f"{said} ignored: {source} sets {MODE_KEY} {config[MODE_KEY]}"
+    # Only vLLM's own compilation splits the graph at attention, which the fallback of a backend that runs no step
+    # in a full graph needs (patch 0013); under any other mode vLLM keeps its own choice.
+    mode = config.get("mode")
+    if mode is not None and str(mode).strip().upper() not in ("3", "VLLM_COMPILE"):
+        return None, f"{said} ignored: {source} sets mode {mode}"
+    level = entries.get("optimization_level")
+    if level is not None and str(level.value).strip() == "0":
+        return None, f"{said} ignored: optimization_level 0 ({level.source}) runs no CUDA graphs"
+    return {**config, MODE_KEY: "FULL"}, (
+        f"CUDA graphs: each step in one graph, attention included, steps with prompt tokens too ({FULL_STEPS_SETTING}: "
+        f"compilation {MODE_KEY} FULL; an attention backend that cannot keeps vLLM's own mode, with vLLM's warning)")

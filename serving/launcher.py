@@ -39,6 +39,7 @@ LMI_MIDDLEWARE = "serving.lmi.middleware.LMIMiddleware"
 CPU_DEFAULTS = {"kv_cache_memory_bytes": "268435456"}
 # The CPU build runs no CUDA graphs: the table's capture limit is 0 there unless the user sets one.
 CPU_NO_GRAPHS = resolve.ContextDefault(cuda_graphs.SETTING, "0", "CPU build: no CUDA graphs")
+CPU_NO_FULL_GRAPHS = resolve.ContextDefault(cuda_graphs.FULL_STEPS_SETTING, "false", "CPU build: no CUDA graphs")
 # Nor an FP8 norm + quantization for option.norm_quant to change: vLLM's choice there unless the user sets one.
 CPU_NORM_QUANT = resolve.ContextDefault("norm_quant", "vllm", "CPU build: no FP8 norm + quantization")
 # vLLM's CPU platform spawns its engine processes whatever VLLM_WORKER_MULTIPROC_METHOD says.
@@ -176,7 +177,8 @@ def context_defaults(kind: str, user: resolve.Resolution, env: Mapping[str, str]
     if "tensor_parallel_size" not in user.entries:
         out.append(tp_default(env, cpu_build))
     if cpu_build:
-        out += [CPU_NO_GRAPHS, CPU_NORM_QUANT, CPU_SPAWN]  # context defaults: the user's own value beats them
+        # context defaults: the user's own value beats them
+        out += [CPU_NO_GRAPHS, CPU_NO_FULL_GRAPHS, CPU_NORM_QUANT, CPU_SPAWN]
     if "disable_compile_cache" not in user.entries:
         cache = compile_cache.default(modelinfo_cache.engine_cache_root(dict(env)),
                                       user_compilation_config(user.entries))
@@ -276,6 +278,7 @@ def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
     # the compilation config handed to vLLM: the user's own, with what the launcher's settings add to it (None: as is)
     user_config, added = user_compilation_config(res.entries), None
     for add, value in ((cuda_graphs.compilation_config, s.cuda_graph_max_tokens),
+                       (cuda_graphs.full_steps_config, s.cuda_graph_full_steps),
                        (compile_passes.qk_norm_rope_config, s.qk_norm_rope_fusion),
                        (compile_passes.norm_quant_config, s.norm_quant),
                        (compile_passes.compile_sizes_config, s.compile_decode_tokens)):

@@ -12,9 +12,9 @@ import pytest
 from serving import compile_passes, cuda_graphs, launcher
 
 
-
 def plan(va, tmp_path, env):
-    return launcher.plan({"SERVING_MODEL_DIR": str(tmp_path), **env}, va)
+    # option.cuda_graph_full_steps off: its cudagraph_mode in the same config is tests/test_cuda_graphs.py's subject
+    return launcher.plan({"SERVING_MODEL_DIR": str(tmp_path), "OPTION_CUDA_GRAPH_FULL_STEPS": "false", **env}, va)
 
 
 def compile_config(p) -> dict | None:

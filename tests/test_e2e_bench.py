@@ -529,32 +529,33 @@ def test_the_one_split_attention_arm_is_the_image_with_vllms_split_cap_at_one(tm
     assert argv[models.ATTN_ONE_SPLIT_ARM][:i] + argv[models.ATTN_ONE_SPLIT_ARM][i + 2:] == argv["image"]
 
 
-def test_the_full_graphs_arm_is_the_image_with_every_step_in_one_cuda_graph(tmp_path, gpu_build):
-    """image-full-graphs: vLLM's own parser reads the arm's compilation config as cudagraph_mode FULL, with the
-    launcher's capture sizes up to cuda_graph_max_tokens added as in the image arm (vLLM's default mode there);
-    every other flag is the image arm's. Only where the preset's attention is FlashAttention 3's (not MLA)."""
+def test_the_piecewise_prompts_arm_is_the_image_with_vllms_cuda_graph_mode(tmp_path, gpu_build):
+    """image-piecewise-prompts: vLLM's own parser reads the image arm's compilation config as cudagraph_mode FULL
+    (option.cuda_graph_full_steps, the image's default) and the arm's as unset (vLLM's default FULL_AND_PIECEWISE),
+    with the same capture sizes up to cuda_graph_max_tokens; every other flag is the image arm's. Only where the
+    preset's attention is FlashAttention 3's (not MLA, where vLLM keeps FULL_AND_PIECEWISE in both)."""
     from vllm.config import CompilationConfig
     from vllm.config.compilation import CUDAGraphMode
 
     from serving.vllm_args import _raising_parser
 
     m = _model("qwen3-235b-ep8-block")
-    assert models.FULL_GRAPHS_ARM in m.arms and models.FULL_GRAPHS_ARM in models.MEASURED_ARMS
-    assert models.FULL_GRAPHS_ARM not in _model("deepseek-v3-tp8-mla-block").arms
+    assert models.PIECEWISE_PROMPTS_ARM in m.arms and models.PIECEWISE_PROMPTS_ARM in models.MEASURED_ARMS
+    assert models.PIECEWISE_PROMPTS_ARM not in _model("deepseek-v3-tp8-mla-block").arms
     cfg = _bench_config(tmp_path)
     argv = {arm: _image_launch_plan(servers.server_command(cfg, m, arm, tmp_path / "model", 8002)[1]).argv
-            for arm in ("image", models.FULL_GRAPHS_ARM)}
+            for arm in ("image", models.PIECEWISE_PROMPTS_ARM)}
     parsed = {arm: _raising_parser().parse_args(a[4:]).compilation_config or CompilationConfig()
               for arm, a in argv.items()}
-    assert parsed["image"].cudagraph_mode is None  # vLLM then picks FULL_AND_PIECEWISE
-    assert parsed[models.FULL_GRAPHS_ARM].cudagraph_mode == CUDAGraphMode.FULL
+    assert parsed["image"].cudagraph_mode == CUDAGraphMode.FULL
+    assert parsed[models.PIECEWISE_PROMPTS_ARM].cudagraph_mode is None  # vLLM then picks FULL_AND_PIECEWISE
     sizes = {arm: c.cudagraph_capture_sizes for arm, c in parsed.items()}
-    assert sizes["image"] == sizes[models.FULL_GRAPHS_ARM] and max(sizes["image"]) == 8192
+    assert sizes["image"] == sizes[models.PIECEWISE_PROMPTS_ARM] and max(sizes["image"]) == 8192
 
     def without_config(a: list[str]) -> list[str]:
         i = a.index("--compilation-config")
         return a[:i] + a[i + 2:]
-    assert without_config(argv[models.FULL_GRAPHS_ARM]) == without_config(argv["image"])
+    assert without_config(argv[models.PIECEWISE_PROMPTS_ARM]) == without_config(argv["image"])
 
 
 def test_the_no_nvcc_arm_is_the_image_as_its_container_runs_it(tmp_path, monkeypatch, gpu_build):

@@ -319,6 +319,32 @@ def test_the_h100_ep8_figures_against_sglang_with_vllms_client_are_the_recorded_
             in flat and f"client's p50 of {client:.1f} ms" in flat)
 
 
+def test_the_every_step_in_one_graph_figures_are_the_recorded_run_38():
+    """Run 38, every step in one CUDA graph (the arm image-full-graphs, the image's default since) over the image with
+    vLLM's mode: its ratios at 1-128 clients in the archive, the goals row, the shipping row, the index row and README;
+    both servers' start in the archive; the setting's own description quotes their span."""
+    from serving.settings import SETTINGS
+
+    model = "qwen3-235b-ep8-block@94L"
+    readme = (ROOT / "README.md").read_text().replace("\n", " ")
+    res = json.loads((ROOT / "bench" / "data" / "h100_block_38" / "e2e.json").read_text())
+    section, goals = archived("38"), GOALS.replace("\n", " ")
+    shipping = next(ln for ln in PAGE.splitlines() if ln.startswith("| `cuda_graph_full_steps` + 0013 |"))
+    medians = []
+    for clients in ("1", "8", "32", "128"):
+        ratios, _ = tok_s(res, model, clients, arm="image-full-graphs", base="image")
+        assert len(ratios) == 2 and ratios[0] > 1.0, clients
+        m = f"{statistics.median(ratios):.3f}"
+        medians.append(m)
+        assert f"**{m}** ({ratios[0]:.3f}-{ratios[-1]:.3f})" in section, clients
+        assert f"{m}x" in index_row_of("38") and f"{m}x" in shipping and f"{m}x" in readme, clients
+    assert "{}, {}, {} and {} (".format(*medians) in goals
+    ready = {arm: res["servers"][f"{model}.{arm}"]["ready_s"] for arm in ("image-full-graphs", "image")}
+    assert f"ready after {ready['image-full-graphs']:.1f} against {ready['image']:.1f} s" in section
+    setting = next(s for s in SETTINGS if s.key == "cuda_graph_full_steps")
+    assert f"{min(medians)[:4]}-{max(medians)[:4]}x the output tokens/s" in setting.help
+
+
 def test_the_235b_ep8_gemv_and_vllm_034_figures_are_the_recorded_run_20():
     """The headline's 235B EP8 figures with patch 0011's entries (image-candidates/stock) and its stock vLLM 0.34
     figures (image/vllm-latest), from both clients, are run 20's."""

@@ -74,7 +74,10 @@ def parse_layers(tokens: list[str], models: list[str]) -> dict[str, int]:
 # "image-stock-order" (vLLM's own FP8 MoE backend order: patch 0001), "image-vllm-quant" (vLLM's two-kernel FP8
 # quantization of the MoE inputs: patch 0006), "image-vllm-topk" (vLLM's topk_softmax op for the router: patch
 # 0007), "image-eager-prefill" (vLLM's own CUDA-graph sizes, every step above them eager: option.cuda_graph_max_tokens
-# 0, serving/cuda_graphs.py), "image-bf16-router" (the model's bf16 router logits, cuBLAS's gate: patch 0009),
+# 0, serving/cuda_graphs.py), "image-piecewise-prompts" (vLLM's default cudagraph_mode FULL_AND_PIECEWISE, a step with
+# prompt tokens piecewise, attention eager between the graph pieces of every layer, where the image runs every step in
+# one graph: option.cuda_graph_full_steps false; run 38 ran the image's mode as "image-full-graphs" beside the image
+# with vLLM's), "image-bf16-router" (the model's bf16 router logits, cuBLAS's gate: patch 0009),
 # "image-cutlass-dense" (CUTLASS for every block-FP8 dense GEMM, no small-M Triton tier: patch 0010),
 # "image-gemv-silu" (SiLU-and-mul and the w2 input's quantization inside 0011's w2 GEMV: patch 0012, off in the
 # image; run 22 ran it as the image, beside "image-vllm-act", the same arm with it off),
@@ -108,20 +111,13 @@ def parse_layers(tokens: list[str], models: list[str]) -> dict[str, int]:
 # with up to 32 splits, and FlashAttention then runs its combine kernel after every layer's attention whatever the
 # context; SGLang's decode steps run no combine kernel, run 15's profile). A measure of that kernel's cost at the
 # bench's short contexts, not a default: on one split a few long contexts run on as many thread blocks as the layer
-# has KV heads. "image-full-graphs" (every step of up to cuda_graph_max_tokens in one CUDA graph, prompt steps
-# included: vLLM's compilation_config cudagraph_mode FULL, which FlashAttention 3 supports for steps that mix
-# prompts and decodes, where vLLM's default FULL_AND_PIECEWISE runs a step with a prompt in it piecewise, its
-# attention eager between the graph pieces of every layer; the launcher adds its capture sizes to it; a step of
-# decodes alone then replays the same graphs as a mixed step of its size). A candidate for the prompt steps' host
-# time (run 37: 55-68 ms a step on the 235B EP8 shard whatever its size, against 5-6 ms for a decode step), not a
-# default.
+# has KV heads.
 # Arms that differ from theirs ("stock") by vLLM environment variables only: "stock-debug".
 ARM_ENV: dict[str, dict[str, str]] = {
     "stock-debug": {"VLLM_LOGGING_LEVEL": "DEBUG"},
 }
 IMAGE_ARM_ENGINE_ARGS: dict[str, dict[str, str]] = {
     "image-attn-one-split": {"attention-config": '{"flash_attn_max_num_splits_for_cuda_graph": 1}'},
-    "image-full-graphs": {"compilation-config": '{"cudagraph_mode": "FULL"}'},
 }
 IMAGE_ARM_SETTINGS: dict[str, dict[str, object]] = {
     "image": {},
@@ -129,6 +125,9 @@ IMAGE_ARM_SETTINGS: dict[str, dict[str, object]] = {
     "image-vllm-quant": {"fp8_moe_one_launch_quant": False},
     "image-vllm-topk": {"moe_one_pass_topk": False},
     "image-eager-prefill": {"cuda_graph_max_tokens": 0},
+    # vLLM's default cudagraph_mode FULL_AND_PIECEWISE: a step with prompt tokens runs piecewise, attention eager
+    # between the graph pieces of every layer (the image runs every step in one graph: cuda_graph_full_steps)
+    "image-piecewise-prompts": {"cuda_graph_full_steps": False},
     "image-bf16-router": {"moe_router_fp32_logits": False},
     "image-cutlass-dense": {"block_fp8_small_m_triton": False},
     "image-gemv-silu": {"moe_decode_gemv_silu": True},
@@ -159,14 +158,14 @@ NORM_QUANT_ARMS = ("image-vllm-norm-quant", "image-separate-norm-quant")
 COMPILE_SIZES_ARM = "image-compile-decode-sizes"
 NO_NVCC_ARM = "image-no-nvcc"
 ATTN_ONE_SPLIT_ARM = "image-attn-one-split"
-FULL_GRAPHS_ARM = "image-full-graphs"
+PIECEWISE_PROMPTS_ARM = "image-piecewise-prompts"
 NO_AOT_COMPILE_ARM = "image-no-aot-compile"
 COMPILE_CACHE_ARM = "image-compile-cache"
 SPAWN_ARM = "image-spawn"
 EXEC_ARM = "image-exec"
 MEASURED_ARMS = ("stock", "image", "image-stock-order", "image-vllm-quant", "image-vllm-topk", "image-eager-prefill",
                  "image-bf16-router", "image-cutlass-dense", "image-gemv-silu", QK_NORM_ROPE_ARM, *NORM_QUANT_ARMS,
-                 COMPILE_SIZES_ARM, NO_NVCC_ARM, ATTN_ONE_SPLIT_ARM, FULL_GRAPHS_ARM, NO_AOT_COMPILE_ARM,
+                 COMPILE_SIZES_ARM, NO_NVCC_ARM, ATTN_ONE_SPLIT_ARM, PIECEWISE_PROMPTS_ARM, NO_AOT_COMPILE_ARM,
                  COMPILE_CACHE_ARM, SPAWN_ARM, EXEC_ARM, CANDIDATES_ARM, *PEER_ARMS)
 # Block FP8: the linear layers on vLLM's prebuilt CUTLASS block-scaled kernel in both arms, so that only the MoE
 # path differs. vLLM's default there is FlashInfer's DeepGEMM kernel, which the image builds with nvcc at start and
@@ -174,13 +173,13 @@ MEASURED_ARMS = ("stock", "image", "image-stock-order", "image-vllm-quant", "ima
 # one session's device time.
 BLOCK_FP8_ENGINE_ARGS = (("linear-backend", "cutlass"),)
 # Every GPU model has the Q/K norm + RoPE arm, the norm + quantization arms, the decode compile sizes, the image
-# without nvcc, the one-split attention arm, the full-graphs arm, the image without vLLM's AOT compile, with its
+# without nvcc, the one-split attention arm, the piecewise-prompts arm, the image without vLLM's AOT compile, with its
 # compile cache, with its engine core spawned, the exec'ing launcher, the candidates arm and the peers, less the
 # arms of Qwen3's attention (FlashAttention 3) where its preset has MLA; a run starts the candidates arm and the
 # peers only when --arms names them.
 PASS_ARMS = (QK_NORM_ROPE_ARM, *NORM_QUANT_ARMS, COMPILE_SIZES_ARM, NO_NVCC_ARM, ATTN_ONE_SPLIT_ARM,
-             FULL_GRAPHS_ARM, NO_AOT_COMPILE_ARM, COMPILE_CACHE_ARM, SPAWN_ARM, EXEC_ARM)
-QWEN3_ATTENTION_ARMS = (QK_NORM_ROPE_ARM, ATTN_ONE_SPLIT_ARM, FULL_GRAPHS_ARM)
+             PIECEWISE_PROMPTS_ARM, NO_AOT_COMPILE_ARM, COMPILE_CACHE_ARM, SPAWN_ARM, EXEC_ARM)
+QWEN3_ATTENTION_ARMS = (QK_NORM_ROPE_ARM, ATTN_ONE_SPLIT_ARM, PIECEWISE_PROMPTS_ARM)
 
 
 def _with_shared_arms(m: Model) -> Model:
