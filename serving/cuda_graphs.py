@@ -115,6 +115,10 @@ def full_steps_config(enabled: bool, config: dict | None, entries: Mapping, cpu_
     level = entries.get("optimization_level")
     if level is not None and str(level.value).strip() == "0":
         return None, f"{said} ignored: optimization_level 0 ({level.source}) runs no CUDA graphs"
+    # A KV connector decides the mode with vLLM: some need piecewise graphs, vLLM 0.32's HiSparse refuses FULL.
+    connector = entries.get("kv_transfer_config")
+    if connector is not None and str(connector.value).strip():
+        return None, f"{said} ignored: kv_transfer_config ({connector.source}) sets a KV connector"
     return {**config, MODE_KEY: "FULL"}, (
         f"CUDA graphs: each step in one graph, attention included, steps with prompt tokens too ({FULL_STEPS_SETTING}: "
         f"compilation {MODE_KEY} FULL; an attention backend that cannot keeps vLLM's own mode, with vLLM's warning)")

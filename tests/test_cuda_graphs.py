@@ -127,6 +127,8 @@ def test_full_steps_off_on_the_cpu_build_and_a_note_when_the_user_asks(va, tmp_p
     ({"OPTION_COMPILATION_CONFIG": '{"cudagraph_mode": "FULL_AND_PIECEWISE"}'}, "sets cudagraph_mode FULL_AND_PIECEWISE"),
     ({"OPTION_COMPILATION_CONFIG": '{"mode": 0}'}, "sets mode 0"),
     ({"OPTION_ENFORCE_EAGER": "true"}, "enforce_eager runs no CUDA graphs"),
+    ({"OPTION_KV_TRANSFER_CONFIG": '{"kv_connector": "HiSparseConnector", "kv_role": "kv_both"}'},
+     "kv_transfer_config (env OPTION_KV_TRANSFER_CONFIG) sets a KV connector"),
 ])
 def test_full_steps_leave_the_users_own_choice_with_a_note(va, tmp_path, gpu_build, env, why):
     p = plan(va, tmp_path, {"OPTION_CUDA_GRAPH_MAX_TOKENS": "0", **env}, full_steps=None)
