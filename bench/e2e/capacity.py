@@ -18,12 +18,13 @@ from .models import Model
 DISK_MARGIN = 2 << 30
 
 # What each server holds on the GPU beyond its weights (the checkpoint's tensors: vLLM's "Model loading took" equals
-# the checkpoint's size) and its KV budget: the CUDA context (0.7 GiB), the decode CUDA graphs (0.3-1.8 GiB) and the
-# start's activations (the servers' logs of runs 20 and 26; run 20 ran four 235B EP8 servers of 27.5 GiB of weights
-# each in the 139 GiB an H200 has free). A model's first warm-up may ask for more for a moment (run 21: FlashInfer's
+# the checkpoint's size) and its KV budget: the CUDA context (0.7 GiB), the CUDA graphs (0.3-1.8 GiB with vLLM's
+# FULL_AND_PIECEWISE, 3.3 GiB for the 94-layer 235B EP8 shard with every step in one graph, the image's default since
+# run 38) and the start's activations (the servers' logs of runs 20, 26 and 38; run 20 ran four 235B EP8 servers of
+# 27.5 GiB of weights each in the 139 GiB an H200 has free). A model's first warm-up may ask for more for a moment (run 21: FlashInfer's
 # autotune asked for 12 GiB on the Coder EP8 shard), which this does not count: passing this check is necessary, not
 # sufficient.
-SERVER_GPU_RESERVE = 3 << 30
+SERVER_GPU_RESERVE = 9 << 29  # 4.5 GiB
 
 
 def layers_that_fit(spec: TinySpec, room: int) -> int:
@@ -76,7 +77,7 @@ def gpu_shortfall(cfg: Config, models: dict[str, Model], free: int) -> list[str]
         problems.append(
             f"{name} at {m.layers} layers: its {len(arms)} servers ({', '.join(arms)}) start together, each holding "
             f"{weights / 2**30:.1f} GiB of weights, the {cfg.kv_bytes / 2**30:.1f} GiB KV budget (--kv-bytes) and "
-            f"{SERVER_GPU_RESERVE / 2**30:.0f} GiB for its CUDA context, graphs and activations: {need / 2**30:.1f} "
+            f"{SERVER_GPU_RESERVE / 2**30:.1f} GiB for its CUDA context, graphs and activations: {need / 2**30:.1f} "
             f"GiB, over the {free / 2**30:.1f} GiB free on the GPU. At most {fit} of its layers fit {len(arms)} "
             f"servers (--layers {name}={fit}), or name fewer --arms")
     return problems
