@@ -32,15 +32,35 @@ PROMPT_TOKENS = (128, 512, 2048, 8192)  # one 128-token prompt up to vLLM's max_
 DEFAULT_PRESETS = ("qwen3-235b-a22b-ep8", "qwen3-coder-480b-a35b-ep8", "deepseek-v3-ep8")
 
 
-def deep_gemm_env(site_packages: Path, env=os.environ) -> dict[str, str]:
+RUNTIME_HEADER = "cuda_runtime.h"  # the nvidia-cuda-runtime wheel's, in nvidia/cu13/include
+
+
+def runtime_headers(paths) -> Path | None:
+    """The first nvidia/cu13/include under `paths` (sys.path's entries) that holds the CUDA runtime's headers."""
+    for p in paths:
+        include = Path(p) / "nvidia" / "cu13" / "include"
+        if (include / RUNTIME_HEADER).is_file():
+            return include
+    return None
+
+
+def deep_gemm_env(site_packages: Path, env=os.environ, paths=tuple(sys.path)) -> dict[str, str]:
     """The environment DeepGEMM's JIT needs here: the runtime's nvcc and its CUDA folder as CUDA_HOME (unless an
-    nvcc is named already), the CCCL flag added to any NVCC_APPEND_FLAGS, DeepGEMM on, float32 scales."""
-    out = {"VLLM_USE_DEEP_GEMM": "1", "VLLM_USE_DEEP_GEMM_E8M0": "0",
-           "NVCC_APPEND_FLAGS": " ".join(f for f in (env.get("NVCC_APPEND_FLAGS", ""), CCCL_FLAG) if f)}
+    nvcc is named already), the CCCL flag added to any NVCC_APPEND_FLAGS, DeepGEMM on, float32 scales. Where the CUDA
+    runtime's wheel lies in another site than the nvcc's (a venv over a host's site-packages that has it, as on the
+    lease hosts: run 38's compile found no cuda_runtime.h), its headers are added with -I; in the image one venv holds
+    both."""
+    flags = [env.get("NVCC_APPEND_FLAGS", ""), CCCL_FLAG]
+    out = {"VLLM_USE_DEEP_GEMM": "1", "VLLM_USE_DEEP_GEMM_E8M0": "0"}
     nvcc = runtime_nvcc(site_packages)
     if COMPILER_ENV not in env and nvcc is not None:
+        home = runtime_cuda_home(nvcc)
         out[COMPILER_ENV] = str(nvcc)
-        out["CUDA_HOME"] = str(runtime_cuda_home(nvcc))
+        out["CUDA_HOME"] = str(home)
+        include = runtime_headers(paths) if not (home / "include" / RUNTIME_HEADER).is_file() else None
+        if include is not None:
+            flags.append(f"-I{include}")
+    out["NVCC_APPEND_FLAGS"] = " ".join(f for f in flags if f)
     return out
 
 

@@ -26,7 +26,7 @@ def _site_with_nvcc(tmp_path: Path) -> Path:
 def test_deep_gemm_gets_the_runtimes_nvcc_and_the_cccl_flag(tmp_path):
     site = _site_with_nvcc(tmp_path)
     assert deep_gemm.runtime_nvcc(site) == site / "nvidia" / "cu13" / "bin" / "nvcc"
-    env = probe.deep_gemm_env(site, {"NVCC_APPEND_FLAGS": "-lineinfo"})
+    env = probe.deep_gemm_env(site, {"NVCC_APPEND_FLAGS": "-lineinfo"}, paths=())
     assert env == {"VLLM_USE_DEEP_GEMM": "1", "VLLM_USE_DEEP_GEMM_E8M0": "0",
                    "NVCC_APPEND_FLAGS": f"-lineinfo {deep_gemm.CCCL_FLAG}",
                    deep_gemm.COMPILER_ENV: str(site / "nvidia" / "cu13" / "bin" / "nvcc"),
@@ -37,6 +37,27 @@ def test_deep_gemm_gets_the_runtimes_nvcc_and_the_cccl_flag(tmp_path):
     assert deep_gemm.COMPILER_ENV not in probe.deep_gemm_env(tmp_path / "empty", {})
     # the CPU build's torch comes without CUDA's wheels: no nvcc of its own
     assert deep_gemm.runtime_nvcc(Path(torch.__file__).resolve().parents[1]) is None
+
+
+def test_the_cuda_runtimes_headers_from_another_site_are_added_where_the_nvcc_has_none(tmp_path):
+    """A venv over a host's site-packages (the lease hosts): the nvcc's wheel in the venv, the CUDA runtime's wheel,
+    whose include/ holds cuda_runtime.h, in the host's site. DeepGEMM's JIT takes its headers from CUDA_HOME only, so
+    the runtime's include folder is added with -I; where the nvcc's own folder has them (the image), nothing is."""
+    site = _site_with_nvcc(tmp_path / "venv")
+    host = tmp_path / "host"
+    include = host / "nvidia" / "cu13" / "include"
+    include.mkdir(parents=True)
+    paths = (str(tmp_path / "elsewhere"), str(site), str(host))
+    assert probe.runtime_headers(paths) is None  # no header yet: nothing to add
+    assert probe.deep_gemm_env(site, {}, paths)["NVCC_APPEND_FLAGS"] == deep_gemm.CCCL_FLAG
+    (include / probe.RUNTIME_HEADER).write_text("")
+    env = probe.deep_gemm_env(site, {}, paths)
+    assert env["NVCC_APPEND_FLAGS"] == f"{deep_gemm.CCCL_FLAG} -I{include}"
+    assert env["CUDA_HOME"] == str(site / "nvidia" / "cu13")
+    own = site / "nvidia" / "cu13" / "include"
+    own.mkdir()
+    (own / probe.RUNTIME_HEADER).write_text("")
+    assert probe.deep_gemm_env(site, {}, paths)["NVCC_APPEND_FLAGS"] == deep_gemm.CCCL_FLAG
 
 
 def test_the_default_shards_are_the_three_ep8_ranks():
