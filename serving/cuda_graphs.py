@@ -119,6 +119,12 @@ def full_steps_config(enabled: bool, config: dict | None, entries: Mapping, cpu_
     connector = entries.get("kv_transfer_config")
     if connector is not None and str(connector.value).strip():
         return None, f"{said} ignored: kv_transfer_config ({connector.source}) sets a KV connector"
+    # With LoRA vLLM captures every graph once per count of active adapters it specializes on; a full graph of a
+    # prompt step holds about twice the memory of its pieces (run 38), and no run has measured that trade.
+    lora = entries.get("enable_lora")
+    if lora is not None and str(lora.raw).strip().lower() not in ("false", "0", "no", "off"):
+        return None, (f"{said} ignored: enable_lora ({lora.source}): vLLM would capture each full graph once per "
+                      f"count of active adapters")
     return {**config, MODE_KEY: "FULL"}, (
         f"CUDA graphs: each step in one graph, attention included, steps with prompt tokens too ({FULL_STEPS_SETTING}: "
         f"compilation {MODE_KEY} FULL; an attention backend that cannot keeps vLLM's own mode, with vLLM's warning)")

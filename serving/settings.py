@@ -225,7 +225,8 @@ SETTINGS: tuple[Setting, ...] = (
             "token at one client, for 1.6 GiB more graph memory (taken from the KV cache). Where the model's "
             "attention backend cannot run such a step in one graph (FlashInfer, the MLA backends), vLLM keeps its own "
             "mode and says so. Not applied where compilation_config sets cudagraph_mode or compiles nothing, with "
-            "enforce_eager or a KV connector (kv_transfer_config), or on the CPU build (default false there).",
+            "enforce_eager, a KV connector (kv_transfer_config) or LoRA (enable_lora, also set by an adapters/ "
+            "folder), or on the CPU build (default false there).",
             parse=parse_bool, default=True, example="false"),
     Setting("quantization", "Quantization method, e.g. fp8 (LMI: quantize).",
             flag="--quantization", aliases=("quantize",), env=("QUANTIZE", "HF_MODEL_QUANTIZE")),

@@ -129,6 +129,7 @@ def test_full_steps_off_on_the_cpu_build_and_a_note_when_the_user_asks(va, tmp_p
     ({"OPTION_ENFORCE_EAGER": "true"}, "enforce_eager runs no CUDA graphs"),
     ({"OPTION_KV_TRANSFER_CONFIG": '{"kv_connector": "HiSparseConnector", "kv_role": "kv_both"}'},
      "kv_transfer_config (env OPTION_KV_TRANSFER_CONFIG) sets a KV connector"),
+    ({"OPTION_ENABLE_LORA": "true"}, "enable_lora (env OPTION_ENABLE_LORA): vLLM would capture each full graph"),
 ])
 def test_full_steps_leave_the_users_own_choice_with_a_note(va, tmp_path, gpu_build, env, why):
     p = plan(va, tmp_path, {"OPTION_CUDA_GRAPH_MAX_TOKENS": "0", **env}, full_steps=None)
@@ -174,3 +175,16 @@ def test_without_piecewise_compilation_a_backend_with_no_full_graph_still_fails_
     with pytest.raises(ValueError, match=r"CUDAGraphMode.FULL is not supported with TestBackend backend .*"
                                          r"please try cudagraph_mode=PIECEWISE"):
         config.resolve_cudagraph_mode_and_sizes(AttentionCGSupport.NEVER, "TestBackend", max_num_reqs=2)
+
+
+def test_full_steps_leave_a_model_with_lora_adapters_to_vllms_mode(va, tmp_path, gpu_build):
+    """A model folder with an adapters/ folder turns LoRA on (the launcher's context default), which keeps vLLM's
+    mode: with LoRA vLLM captures every graph once per count of active adapters."""
+    (tmp_path / "config.json").write_text("{}")
+    adapter = tmp_path / "adapters" / "fr"
+    adapter.mkdir(parents=True)
+    (adapter / "adapter_config.json").write_text(json.dumps({"r": 8, "target_modules": ["q_proj"]}))
+    p = plan(va, tmp_path, {}, full_steps=None)
+    assert p.resolved["enable_lora"].source.startswith("default (LoRA adapters")
+    assert "cudagraph_mode" not in (graph_config(p) or {})
+    assert any(n.startswith("cuda_graph_full_steps=true ignored: enable_lora (default") for n in p.notes), p.notes
