@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from serving.cuda_graphs import vllm_default_sizes
+from serving.cuda_graphs import config_source, vllm_default_sizes
 
 # vLLM's PassConfig fields
 QK_NORM_ROPE_PASS = "enable_qk_norm_rope_fusion"
@@ -61,9 +61,9 @@ def _passes(said: str, config: dict, entries: Mapping, cpu_build: bool, eager: b
         return None, note
     passes = config.get("pass_config", {})
     if not isinstance(passes, dict):
-        return None, f"{said} ignored: {_source(entries)} has a pass_config that is no JSON object to add {field} to"
+        return None, f"{said} ignored: {config_source(entries)} has a pass_config that is no JSON object to add {field} to"
     if field in passes:
-        return None, f"{said} ignored: {_source(entries)} sets pass_config.{field}"
+        return None, f"{said} ignored: {config_source(entries)} sets pass_config.{field}"
     return passes, None
 
 
@@ -71,18 +71,13 @@ def _not_inductor(config: dict, entries: Mapping) -> str | None:
     """Why torch.compile's Inductor generates no kernels under this config, or None where it does."""
     mode, backend = config.get("mode"), config.get("backend")
     if mode is not None and str(mode).strip().upper() in ("0", "NONE"):
-        return f"{_source(entries)} sets mode {mode}: nothing is compiled"
+        return f"{config_source(entries)} sets mode {mode}: nothing is compiled"
     if backend is not None and backend != "inductor":
-        return f"{_source(entries)} sets backend {backend}: Inductor generates no kernels"
+        return f"{config_source(entries)} sets backend {backend}: Inductor generates no kernels"
     level = entries.get("optimization_level")
     if level is not None and str(level.value).strip() == "0":
         return f"optimization_level 0 ({level.source}) compiles nothing"
     return None
-
-
-def _source(entries: Mapping) -> str:
-    user = entries.get("compilation_config")
-    return f"compilation_config ({user.source})" if user is not None else "compilation_config"
 
 
 def qk_norm_rope_config(enabled: bool, config: dict | None, entries: Mapping, cpu_build: bool,
@@ -120,7 +115,7 @@ def norm_quant_config(choice: str, config: dict | None, entries: Mapping, cpu_bu
                      f"pass_config.{NORM_QUANT_PASS} false")
     ops = config.get("custom_ops", [])
     if not isinstance(ops, list) or any(isinstance(o, str) and o.lstrip("+-") == QUANT_OP for o in ops):
-        return None, f"{said} ignored: {_source(entries)} sets custom_ops for {QUANT_OP}"
+        return None, f"{said} ignored: {config_source(entries)} sets custom_ops for {QUANT_OP}"
     return {**out, "custom_ops": [*ops, f"-{QUANT_OP}"]}, (
         f"RMSNorm and its FP8 quantization as torch.compile generates them (norm_quant=compiled): compilation "
         f"pass_config.{NORM_QUANT_PASS} false, custom_ops -{QUANT_OP}")
@@ -141,7 +136,7 @@ def compile_sizes_config(max_tokens: int, config: dict | None, entries: Mapping,
     if why := _not_inductor(config, entries):
         return None, f"{said} ignored: {why}"
     if COMPILE_SIZES in config:
-        return None, f"{said} ignored: {_source(entries)} sets {COMPILE_SIZES}"
+        return None, f"{said} ignored: {config_source(entries)} sets {COMPILE_SIZES}"
     sizes = [n for n in vllm_default_sizes(None) if n <= max_tokens]
     return {**config, COMPILE_SIZES: sizes}, (f"torch.compile graphs of their own for decode steps of "
                                               f"{', '.join(map(str, sizes))} tokens ({said}): compilation "

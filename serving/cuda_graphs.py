@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from .settings import flag_set
+
 SETTING = "cuda_graph_max_tokens"
 FULL_STEPS_SETTING = "cuda_graph_full_steps"
 MODE_KEY = "cudagraph_mode"  # vLLM's CompilationConfig field
@@ -61,6 +63,21 @@ def capture_sizes(max_tokens: int, max_num_seqs: int | None = None) -> list[int]
     return sorted(set(sizes))
 
 
+def config_source(entries: Mapping) -> str:
+    """The user's compilation_config as a start-log note names it: with where it was set, if it was."""
+    user = entries.get("compilation_config")
+    return f"compilation_config ({user.source})" if user is not None else "compilation_config"
+
+
+def _no_graphs(said: str, cpu_build: bool, eager: bool) -> str | None:
+    """The note saying why a CUDA-graph setting is left alone on the CPU build or with enforce_eager, else None."""
+    if cpu_build:
+        return f"{said} ignored: the CPU build runs no CUDA graphs"
+    if eager:
+        return f"{said} ignored: enforce_eager runs no CUDA graphs"
+    return None
+
+
 def compilation_config(max_tokens: int, config: dict | None, entries: Mapping, cpu_build: bool,
                        eager: bool) -> tuple[dict | None, str | None]:
     """The compilation config to hand vLLM for `max_tokens`: `config` (the user's, {} if unset; None where it is no
@@ -69,16 +86,13 @@ def compilation_config(max_tokens: int, config: dict | None, entries: Mapping, c
     enforce_eager."""
     if not max_tokens or config is None:
         return None, None
-    if cpu_build:
-        return None, f"{SETTING}={max_tokens} ignored: the CPU build runs no CUDA graphs"
-    if eager:
-        return None, f"{SETTING}={max_tokens} ignored: enforce_eager runs no CUDA graphs"
-    user = entries.get("compilation_config")
+    if note := _no_graphs(f"{SETTING}={max_tokens}", cpu_build, eager):
+        return None, note
     given = [k for k in USER_SIZE_KEYS if k in config]
     if given:
-        return None, f"{SETTING}={max_tokens} ignored: compilation_config ({user.source}) sets {given[0]}"
-    if str(config.get("cudagraph_mode", "")).upper() == "NONE":
-        return None, f"{SETTING}={max_tokens} ignored: compilation_config ({user.source}) sets cudagraph_mode NONE"
+        return None, f"{SETTING}={max_tokens} ignored: {config_source(entries)} sets {given[0]}"
+    if str(config.get(MODE_KEY, "")).upper() == "NONE":
+        return None, f"{SETTING}={max_tokens} ignored: {config_source(entries)} sets {MODE_KEY} NONE"
     batched = entries.get("max_num_batched_tokens")
     if batched is not None and batched.value and int(batched.value) < max_tokens:
         max_tokens = int(batched.value)  # vLLM never runs a larger step, and drops larger sizes with a warning
@@ -99,12 +113,9 @@ def full_steps_config(enabled: bool, config: dict | None, entries: Mapping, cpu_
     if not enabled or config is None:
         return None, None
     said = f"{FULL_STEPS_SETTING}=true"
-    if cpu_build:
-        return None, f"{said} ignored: the CPU build runs no CUDA graphs"
-    if eager:
-        return None, f"{said} ignored: enforce_eager runs no CUDA graphs"
-    user = entries.get("compilation_config")
-    source = f"compilation_config ({user.source})" if user is not None else "compilation_config"
+    if note := _no_graphs(said, cpu_build, eager):
+        return None, note
+    source = config_source(entries)
     if MODE_KEY in config:
         return None, f"{said} ignored: {source} sets {MODE_KEY} {config[MODE_KEY]}"
     # Only vLLM's own compilation splits the graph at attention, which the fallback of a backend that runs no step
@@ -122,7 +133,7 @@ def full_steps_config(enabled: bool, config: dict | None, entries: Mapping, cpu_
     # With LoRA vLLM captures every graph once per count of active adapters it specializes on; a full graph of a
     # prompt step holds about twice the memory of its pieces (run 38), and no run has measured that trade.
     lora = entries.get("enable_lora")
-    if lora is not None and str(lora.raw).strip().lower() not in ("false", "0", "no", "off"):
+    if lora is not None and flag_set(lora.raw):
         return None, (f"{said} ignored: enable_lora ({lora.source}): vLLM would capture each full graph once per "
                       f"count of active adapters")
     return {**config, MODE_KEY: "FULL"}, (

@@ -25,7 +25,7 @@ from . import resolve
 from . import compile_cache, compile_passes, custom_code, cuda_graphs, deep_gemm, modelinfo_cache, tuned_configs
 from .exit_codes import ExitCode
 from .paths import ROOT
-from .settings import Context, Settings, SettingValueError, parse_bool
+from .settings import Context, Settings, SettingValueError, flag_set
 
 log = logging.getLogger("serving")
 
@@ -198,7 +198,7 @@ def needs_one_api_server(user: resolve.Resolution) -> bool:
     would then start one API server process per rank (the deprecated api_server module ran one)."""
     by_flag = {r.flag: r for r in user.entries.values() if r.flag}
     headless = by_flag.get("--headless")
-    if "--api-server-count" in by_flag or headless is not None and _truthy(headless.raw):
+    if "--api-server-count" in by_flag or headless is not None and flag_set(headless.raw):
         return False  # the user's count wins; headless runs no API server at all
     return any(f.startswith("--data-parallel") for f in by_flag)
 
@@ -214,13 +214,6 @@ def user_compilation_config(entries: Mapping) -> dict | None:
     except ValueError:
         return None
     return config if isinstance(config, dict) else None
-
-
-def _truthy(raw: str) -> bool:
-    try:
-        return parse_bool(raw)
-    except SettingValueError:
-        return True  # vLLM's parser refuses it later, naming the key
 
 
 def tp_default(env: Mapping[str, str], cpu_build: bool) -> resolve.ContextDefault:
@@ -274,7 +267,7 @@ def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
         notes.append(f"tensor_parallel_size=max resolved to {tp.value} visible GPU(s)")
 
     eager_entry = res.entries.get("enforce_eager")
-    eager = eager_entry is not None and _truthy(eager_entry.raw)
+    eager = eager_entry is not None and flag_set(eager_entry.raw)
     # the compilation config handed to vLLM: the user's own, with what the launcher's settings add to it (None: as is)
     user_config, added = user_compilation_config(res.entries), None
     for add, value in ((cuda_graphs.compilation_config, s.cuda_graph_max_tokens),

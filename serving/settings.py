@@ -39,6 +39,15 @@ def parse_bool(raw: str) -> bool:
     raise SettingValueError(f"{raw!r} is not a boolean (allowed: true/false, 1/0, yes/no, on/off)")
 
 
+def flag_set(raw: str) -> bool:
+    """A boolean vLLM flag's raw value as the launcher reads it before vLLM does: a value parse_bool refuses counts
+    as set (vLLM's parser refuses it later, naming the key)."""
+    try:
+        return parse_bool(raw)
+    except SettingValueError:
+        return True
+
+
 def parse_int(raw: str) -> int:
     try:
         return int(raw.strip())
