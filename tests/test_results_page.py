@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import statistics
+import tarfile
 from pathlib import Path
 
 from bench.e2e.report import paired_ratios, summarize
@@ -344,6 +345,40 @@ def test_the_every_step_in_one_graph_figures_are_the_recorded_run_38():
     setting = next(s for s in SETTINGS if s.key == "cuda_graph_full_steps")
     assert f"{min(medians)[:4]}-{max(medians)[:4]}x the output tokens/s" in setting.help
 
+
+def test_the_h100_ep8_figures_of_every_step_in_one_graph_against_sglang_are_the_recorded_run_39():
+    """Run 39, the image as it ships (vLLM's cudagraph_mode FULL, as its start log says) against SGLang with vLLM's
+    client: both clients' ratios in the archive, the goals row, the headline, the index row and README; vLLM's
+    client's TTFT and ITL p50 at 128 clients and the share of a round's gap that is the decode steps; the start."""
+    model = "qwen3-235b-ep8-block@94L"
+    data = ROOT / "bench" / "data" / "h100_block_39"
+    readme = (ROOT / "README.md").read_text().replace("\n", " ")
+    res = json.loads((data / "e2e.json").read_text())
+    section, goals = archived("39"), GOALS.replace("\n", " ")
+    with tarfile.open(data / "e2e-logs.tar.gz") as logs:
+        start = logs.extractfile(f"logs/{model}.image.log").read().decode()
+    assert "cudagraph_mode FULL" in start and "Capturing CUDA graphs (FULL)" in start
+    for clients in ("8", "32", "128"):
+        ratios, cross = tok_s(res, model, clients, base="sglang")
+        assert len(ratios) == 3 and len(cross) == 1, clients
+        m, rng, cm = f"{statistics.median(ratios):.3f}", f"({ratios[0]:.3f}-{ratios[-1]:.3f})", f"{cross[0]:.3f}"
+        assert f"**{m}** {rng}" in section and f"**{m} {rng}**" in goals, clients
+        assert f"**{m}x**" in HEADLINE and f"{cm}x" in HEADLINE and f"{m}x" in index_row_of("39"), clients
+        assert f"{m}x" in readme and f"{cm}x" in readme and cm in section and cm in goals, clients
+    image, sglang = (res["models"][model]["cross_check"][arm][0]["latency"]["128"] for arm in ("image", "sglang"))
+    flat = section.replace("\n  ", " ")
+    assert (f"{image['ttft_p50_ms']:.1f} + 127 x {image['itl_p50_ms']:.2f} ms against SGLang's "
+            f"{sglang['ttft_p50_ms']:.1f} + 127 x {sglang['itl_p50_ms']:.2f} ms") in flat
+    assert f"ITL p50 {image['itl_p50_ms']:.2f} against {sglang['itl_p50_ms']:.2f} ms" in goals
+    assert f"ITL p50 {image['itl_p50_ms']:.2f} against {sglang['itl_p50_ms']:.2f} ms" in readme
+    gap = lambda r: r["ttft_p50_ms"] + 127 * r["itl_p50_ms"]
+    decode_share = 127 * (image["itl_p50_ms"] - sglang["itl_p50_ms"]) / (gap(image) - gap(sglang))
+    assert 0.6 < decode_share < 0.7 and f"{gap(image) - gap(sglang):.0f} ms" in flat  # "two thirds"
+    servers = res["servers"]
+    started = f"Ready after {servers[f'{model}.image']['ready_s']:.1f} against " \
+              f"{servers[f'{model}.sglang']['ready_s']:.1f} s, first request " \
+              f"{servers[f'{model}.image']['first_ttft_ms']:.1f} against {servers[f'{model}.sglang']['first_ttft_ms']:.1f} ms"
+    assert started in section
 
 def test_the_235b_ep8_gemv_and_vllm_034_figures_are_the_recorded_run_20():
     """The headline's 235B EP8 figures with patch 0011's entries (image-candidates/stock) and its stock vLLM 0.34
