@@ -61,7 +61,8 @@ def _passes(said: str, config: dict, entries: Mapping, cpu_build: bool, eager: b
         return None, note
     passes = config.get("pass_config", {})
     if not isinstance(passes, dict):
-        return None, f"{said} ignored: {config_source(entries)} has a pass_config that is no JSON object to add {field} to"
+        return None, (f"{said} ignored: {config_source(entries)} has a pass_config that is no JSON object to add "
+                      f"{field} to")
     if field in passes:
         return None, f"{said} ignored: {config_source(entries)} sets pass_config.{field}"
     return passes, None

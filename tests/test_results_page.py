@@ -375,11 +375,9 @@ def test_the_h100_ep8_figures_of_every_step_in_one_graph_against_sglang_are_the_
     gap = rounds["image"] - rounds["sglang"]
     assert 0.6 < 127 * (image["itl_p50_ms"] - sglang["itl_p50_ms"]) / gap < 0.7  # "two thirds", the decode steps
     assert f"of the {gap:.0f} ms" in flat and f"a round's {gap:.0f} ms" in goals
-    servers = res["servers"]
-    started = f"Ready after {servers[f'{model}.image']['ready_s']:.1f} against " \
-              f"{servers[f'{model}.sglang']['ready_s']:.1f} s, first request " \
-              f"{servers[f'{model}.image']['first_ttft_ms']:.1f} against {servers[f'{model}.sglang']['first_ttft_ms']:.1f} ms"
-    assert started in section
+    image, sglang = (res["servers"][f"{model}.{arm}"] for arm in ("image", "sglang"))
+    assert (f"Ready after {image['ready_s']:.1f} against {sglang['ready_s']:.1f} s, first request "
+            f"{image['first_ttft_ms']:.1f} against {sglang['first_ttft_ms']:.1f} ms") in section
 
 
 def test_the_235b_ep8_gemv_and_vllm_034_figures_are_the_recorded_run_20():

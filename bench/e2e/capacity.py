@@ -21,9 +21,9 @@ DISK_MARGIN = 2 << 30
 # the checkpoint's size) and its KV budget: the CUDA context (0.7 GiB), the CUDA graphs (0.3-1.8 GiB with vLLM's
 # FULL_AND_PIECEWISE, 3.3 GiB for the 94-layer 235B EP8 shard with every step in one graph, the image's default since
 # run 38) and the start's activations (the servers' logs of runs 20, 26 and 38; run 20 ran four 235B EP8 servers of
-# 27.5 GiB of weights each in the 139 GiB an H200 has free). A model's first warm-up may ask for more for a moment (run 21: FlashInfer's
-# autotune asked for 12 GiB on the Coder EP8 shard), which this does not count: passing this check is necessary, not
-# sufficient.
+# 27.5 GiB of weights each in the 139 GiB an H200 has free). A model's first warm-up may ask for more for a moment
+# (run 21: FlashInfer's autotune asked for 12 GiB on the Coder EP8 shard), which this does not count: passing this
+# check is necessary, not sufficient.
 SERVER_GPU_RESERVE = 9 << 29  # 4.5 GiB
 
 
