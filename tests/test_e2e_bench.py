@@ -266,6 +266,24 @@ def test_cross_check_table_sets_the_clients_ratios_beside_the_benchs():
     assert "- m: the cross-check failed: RuntimeError('the client exited 1')" in report.summarize(res)
 
 
+def test_cross_check_table_sets_one_switch_against_the_image_where_stock_was_not_measured():
+    """A run of image arms alone (run 40: one KV split against the image) is cross-checked as its own table pairs
+    it, each other image arm against the image; with stock measured the pairs are against stock, as before."""
+    def rep(tok_s):
+        return {"throughput": {"128": {"tok_s": tok_s}}, "latency": {}}
+    res = {"args": {"out_tokens": "16"}, "servers": {}, "models": {"m": {
+        "reps": {"image": [rep(100), rep(100)], "image-attn-one-split": [rep(101), rep(102)]},
+        "cross_check": {"image": [rep(100), rep(100)], "image-attn-one-split": [rep(103), rep(101)]}}}}
+    md = report.summarize(res)
+    assert "| m | image-attn-one-split/image | tok_s | 128 | 100.0 | 101.5 | 1.015 | 1.010-1.020 |" in md
+    assert ("| m | image-attn-one-split/image | tok_s | 128 | 1.015 (1.010-1.020) | 1.020 (1.010-1.030) | yes |"
+            in md)
+    res["models"]["m"]["reps"]["stock"] = res["models"]["m"]["cross_check"]["stock"] = [rep(50), rep(50)]
+    md = report.summarize(res)
+    assert "image-attn-one-split/image" not in md
+    assert "| m | image-attn-one-split/stock | tok_s | 128 | 2.030 (2.020-2.040) | 2.040 (2.020-2.060) | yes |" in md
+
+
 def test_the_cross_check_plan_alternates_arms_on_the_same_fresh_prompts(tmp_path):
     """Repetition, then arm (every other repetition the other way round), then concurrency; each arm of a
     repetition gets the same prompts at a concurrency, every other measurement other prompts, none of them sharing a
@@ -729,6 +747,22 @@ def test_an_arm_none_of_the_chosen_models_has_is_refused_before_anything_starts(
     assert cli.arms_no_model_has(given, coder) == []
     # the default arms are every model's own: never refused
     assert cli.arms_no_model_has(Config.from_args(cli.parser().parse_args(base)), coder) == []
+
+
+def test_a_context_longer_than_the_checkpoints_positions_is_refused_before_anything_starts(tmp_path, capsys):
+    """--in-tokens 4096 on a 4096-position shard made both servers exit at their start (run 40b's first try, a lease's
+    minute): the bench refuses it, naming the flags, the model and the longest prompt that fits, and makes nothing."""
+    base = ["--stock-site", str(tmp_path), "--models-dir", str(tmp_path / "m"), "--out", str(tmp_path / "o"),
+            "--work", str(tmp_path / "w"), "--models", "qwen3-235b-ep8-block", "--layers", "94"]
+    with pytest.raises(SystemExit) as e:
+        cli.main(base + ["--in-tokens", "4096"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2
+    assert ("--in-tokens 4096 and --out-tokens 128 need a context of 4288 tokens (64 to spare); "
+            "qwen3-235b-ep8-block@94L has 4096 positions: give --in-tokens 3904 or less") in err
+    assert not (tmp_path / "o").exists() and not (tmp_path / "m").exists()
+    fits = Config.from_args(cli.parser().parse_args(base + ["--in-tokens", "3904"]))
+    assert cli.contexts_too_long(fits, list(cli.models_at_depth(fits).values())) == []
 
 
 def test_each_servers_autotuner_picks_are_recorded_and_the_ones_that_differ_between_arms_are_reported(tmp_path):
@@ -1392,6 +1426,7 @@ def test_the_newest_runs_lease_commands_would_start_on_an_h200(tmp_path, monkeyp
             ["--stock-site", "-", "--models-dir", "-", "--out", "-", *peer_args, *args]))
         deep = cli.models_at_depth(cfg)
         assert cli.missing_runtimes(cfg) + cli.arms_no_model_has(cfg, list(deep.values())) == [], args
+        assert cli.contexts_too_long(cfg, list(deep.values())) == [], args
         assert capacity.gpu_shortfall(cfg, deep, H200_FREE) == [], args
 
 
@@ -1434,7 +1469,8 @@ def test_a_streamed_token_without_text_counts_as_vllms_client_counts_it():
     """The first chunk of a stream may carry a token whose text vLLM holds back (an incomplete UTF-8 sequence): the
     bench times the first token from that chunk, as `vllm bench serve` does, and the first text separately
     (`ttft_text`, its time to first token up to run 19). A loopback server sends vLLM's chunk shapes: a token without
-    text, 80 ms later one with text, a usage chunk without choices, [DONE]."""
+    text, 400 ms later one with text, a usage chunk without choices, [DONE]. The gap leaves a client on a loaded
+    machine 330 ms to read the first chunk before the two would merge."""
     import http.server
     import threading
 
@@ -1450,7 +1486,7 @@ def test_a_streamed_token_without_text_counts_as_vllms_client_counts_it():
             self.end_headers()
             for i, c in enumerate(chunks):
                 if i == 1:
-                    time.sleep(0.08)
+                    time.sleep(0.4)
                 self.wfile.write(b"data: " + json.dumps(c).encode() + b"\n\n")
                 self.wfile.flush()
             self.wfile.write(b"data: [DONE]\n\n")

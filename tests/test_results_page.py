@@ -380,6 +380,42 @@ def test_the_h100_ep8_figures_of_every_step_in_one_graph_against_sglang_are_the_
             f"{image['first_ttft_ms']:.1f} against {sglang['first_ttft_ms']:.1f} ms") in section
 
 
+def test_the_h100_ep8_figures_of_one_kv_split_are_the_recorded_run_40():
+    """Run 40, one KV split (no combine kernel) against the image: both clients' ratios in the archive, the 128-client
+    figures in the goals row, the headline, the index row and README; the decode step of 128 from its profile; and
+    run 40b's loss with 3,840-token prompts, from its one repetition."""
+    model, arm = "qwen3-235b-ep8-block@94L", "image-attn-one-split"
+    readme = (ROOT / "README.md").read_text().replace("\n", " ")
+    res = json.loads((ROOT / "bench" / "data" / "h100_block_40" / "e2e.json").read_text())
+    section, goals = archived("40"), GOALS.replace("\n", " ")
+    for clients in ("1", "8", "32", "128"):
+        ratios, cross = tok_s(res, model, clients, arm=arm, base="image")
+        cross = sorted(cross)
+        assert len(ratios) == 3 and len(cross) == 2, clients
+        m, rng = f"{statistics.median(ratios):.3f}", f"({ratios[0]:.3f}-{ratios[-1]:.3f})"
+        cm = f"{statistics.median(cross):.3f} ({cross[0]:.3f}-{cross[-1]:.3f})"
+        assert f"{m}** {rng}" in section or f"{m} {rng}" in section, clients
+        assert cm.replace(" (", "** (", 1) in section or cm in section, clients
+        assert f"{m}x" in HEADLINE and f"{m}x" in index_row_of("40"), clients
+    m128 = f"{statistics.median(tok_s(res, model, '128', arm=arm, base='image')[0]):.3f}"
+    c128 = f"{statistics.median(tok_s(res, model, '128', arm=arm, base='image')[1]):.3f}"
+    assert f"{m128} (1.009-1.014)" in goals and f"vLLM's client {c128}" in goals
+    assert f"served {m128}x its own tokens/s at 128 clients (vLLM's client {c128}x" in readme
+    steps = {a: res["models"][model]["profile"][f"{a}.c128"]["step_kinds"]["execute_context_0(0)_generation_128(128)"]
+             for a in ("image", arm)}
+    step = f"{steps[arm]['gpu_ms']:.2f} against {steps['image']['gpu_ms']:.2f} ms"
+    assert (f"{steps['image']['gpu_ms']:.2f} ms on the GPU ({steps['image']['n']} steps) against "
+            f"{steps[arm]['gpu_ms']:.2f} ms with one split ({steps[arm]['n']} steps)") in section.replace("\n  ", " ")
+    assert step in goals and step in readme and step in index_row_of("40")
+    long = json.loads((ROOT / "bench" / "data" / "h100_block_40b" / "e2e.json").read_text())
+    assert long["args"]["in_tokens"] == "3840"
+    for clients in ("1", "8"):
+        ratios, _ = tok_s(long, model, clients, arm=arm, base="image")
+        assert len(ratios) == 1, clients
+        m = f"{ratios[0]:.3f}"
+        assert f"**{m}**" in section and m in goals and f"{m}x" in HEADLINE and f"{m}x" in readme, clients
+
+
 def test_the_235b_ep8_gemv_and_vllm_034_figures_are_the_recorded_run_20():
     """The headline's 235B EP8 figures with patch 0011's entries (image-candidates/stock) and its stock vLLM 0.34
     figures (image/vllm-latest), from both clients, are run 20's."""

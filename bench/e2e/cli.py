@@ -112,6 +112,15 @@ def arms_no_model_has(cfg: Config, chosen: list[Model]) -> list[str]:
             f"their arms: {', '.join(sorted(offered))}" for arm in cfg.arms if arm not in offered]
 
 
+def contexts_too_long(cfg: Config, chosen: list[Model]) -> list[str]:
+    """A model whose checkpoint has fewer positions than the run's context length (--in-tokens, --out-tokens and 64
+    to spare) would make every server of it exit at its start: it is refused before anything starts."""
+    return [f"--in-tokens {cfg.in_tokens} and --out-tokens {cfg.out_tokens} need a context of {cfg.max_model_len} "
+            f"tokens (64 to spare); {m.name} has {m.spec.max_position} positions: give --in-tokens "
+            f"{m.spec.max_position - cfg.out_tokens - 64} or less"
+            for m in chosen if m.spec.max_position < cfg.max_model_len]
+
+
 def models_at_depth(cfg: Config) -> dict[str, Model]:
     """The models of --models, in their order, each at its --layers depth; a ValueError names a --layers that
     cannot be."""
@@ -131,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         models = models_at_depth(cfg)
     except ValueError as e:
         p.error(str(e))
+    for problem in contexts_too_long(cfg, list(models.values())):
+        p.error(problem)
     if not cfg.models_only:
         for problem in missing_runtimes(cfg) + arms_no_model_has(cfg, list(models.values())):
             p.error(problem)

@@ -239,9 +239,7 @@ def without_stock_table(results: dict) -> list[str]:
     """A model measured without stock (one switch against the image): every other image arm against the image arm,
     paired by repetition as against stock."""
     def pairs(reps: dict) -> list[tuple[str, str, str]]:
-        if reps.get("stock") or not reps.get("image"):
-            return []
-        return [(a, "image", f"{a}/image") for a in image_arms(reps) if a != "image" and reps.get(a)]
+        return [(a, "image", f"{a}/image") for a, _ in image_variant_pairs(reps)]
     return pairs_table(results, "| model | versus | metric | clients | image | arm | arm/image median | "
                        "paired ratio range |", pairs)
 
@@ -268,7 +266,7 @@ def cross_check_table(results: dict) -> list[str]:
                     if req.get("failed") or "error" in req:
                         errors.append(f"{mname} {arm} repetition {i}, {conc} clients: "
                                       f"{req.get('error') or str(req['failed']) + ' requests failed'}")
-        pairs = stock_pairs(cc) + image_peer_pairs(cc)
+        pairs = stock_pairs(cc) + image_peer_pairs(cc) + image_variant_pairs(cc)
         for arm, base in pairs:
             for kind, metric in CROSS_CHECK_FIGURES:
                 for conc in sorted({c for rep in cc[arm] for c in rep[kind]}, key=int):
@@ -305,6 +303,14 @@ def image_peer_pairs(recorded: dict) -> list[tuple[str, str]]:
     peer measured beside it."""
     return [(arm, peer) for arm in image_arms(recorded) if recorded.get(arm)
             for peer in PEER_ARMS if recorded.get(peer)]
+
+
+def image_variant_pairs(recorded: dict) -> list[tuple[str, str]]:
+    """(image arm, "image") for every other image arm with recorded repetitions, where the image has them and stock
+    was not measured: one switch against the image as it ships."""
+    if recorded.get("stock") or not recorded.get("image"):
+        return []
+    return [(arm, "image") for arm in image_arms(recorded) if arm != "image" and recorded.get(arm)]
 
 
 def kv_notes(results: dict) -> list[str]:
