@@ -140,10 +140,9 @@ def main(argv: list[str] | None = None) -> int:
         models = models_at_depth(cfg)
     except ValueError as e:
         p.error(str(e))
-    for problem in contexts_too_long(cfg, list(models.values())):
-        p.error(problem)
     if not cfg.models_only:
-        for problem in missing_runtimes(cfg) + arms_no_model_has(cfg, list(models.values())):
+        for problem in (missing_runtimes(cfg) + arms_no_model_has(cfg, list(models.values()))
+                        + contexts_too_long(cfg, list(models.values()))):
             p.error(problem)
         for problem in gpu_problems(cfg, models, log=log):
             p.error(problem)
