@@ -250,8 +250,8 @@ def _median_range(ratios: list[float]) -> str:
 
 def cross_check_table(results: dict) -> list[str]:
     """The cross-check (vLLM's own client) beside the bench's own figures: per pair of arms (each arm against stock,
-    the image against each peer) and figure, the median paired ratio and range of each; they agree where the two
-    ranges overlap."""
+    the image against each peer, without stock each image arm against the image) and figure, the median paired
+    ratio and range of each; they agree where the two ranges overlap."""
     rows, errors = [], []
     for mname, m in results["models"].items():
         cc = m.get("cross_check")
