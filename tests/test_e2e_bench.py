@@ -224,17 +224,20 @@ def test_cross_check_measures_each_arm_with_vllms_own_client(run):
     assert "cross-check with 4 measurements" in stdout  # 2 arms x 2 concurrencies, one repetition
 
 
+def tok_s_rep(tok_s: float, clients: str = "1") -> dict:
+    """One repetition's record holding only its output tokens/s at one concurrency, as report.summarize reads it."""
+    return {"throughput": {clients: {"tok_s": tok_s}}, "latency": {}}
+
+
 def test_a_run_without_stock_sets_each_arm_against_the_image():
     """One switch measured against the image, no stock arm: e2e.md pairs each other arm with the image by
     repetition, and has no empty stock table."""
-    def rep(tok_s):
-        return {"throughput": {"1": {"tok_s": tok_s}}, "latency": {}}
     res = {"args": {"out_tokens": "16"}, "servers": {}, "models": {"m": {
-        "reps": {"image": [rep(250), rep(200)], "image-no-nvcc": [rep(255), rep(210)]}}}}
+        "reps": {"image": [tok_s_rep(250), tok_s_rep(200)], "image-no-nvcc": [tok_s_rep(255), tok_s_rep(210)]}}}}
     md = report.summarize(res)
     assert "| m | image-no-nvcc/image | tok_s | 1 | 225.0 | 232.5 | 1.035 | 1.020-1.050 |" in md
     assert "arm/stock" not in md
-    res["models"]["m"]["reps"]["stock"] = [rep(200), rep(200)]  # with stock: every arm against stock only
+    res["models"]["m"]["reps"]["stock"] = [tok_s_rep(200), tok_s_rep(200)]  # with stock: every arm against stock only
     md = report.summarize(res)
     assert "| m | image-no-nvcc | tok_s | 1 | 200.0 | 232.5 | 1.163 | 1.050-1.275 |" in md
     assert "image-no-nvcc/image" not in md
@@ -243,21 +246,19 @@ def test_a_run_without_stock_sets_each_arm_against_the_image():
 def test_cross_check_table_sets_the_clients_ratios_beside_the_benchs():
     """Paired ratios of the cross-check's repetitions beside the bench's own; 'ranges overlap' says whether they
     agree within their spread; a failed cross-check is named, not dropped."""
-    def rep(tok_s):
-        return {"throughput": {"1": {"tok_s": tok_s}}, "latency": {}}
     res = {"args": {"out_tokens": "16"}, "servers": {}, "models": {"m": {
-        "reps": {"stock": [rep(100), rep(100)], "image": [rep(120), rep(125)]},
-        "cross_check": {"stock": [rep(100), rep(100)], "image": [rep(122), rep(130)]}}}}
+        "reps": {"stock": [tok_s_rep(100), tok_s_rep(100)], "image": [tok_s_rep(120), tok_s_rep(125)]},
+        "cross_check": {"stock": [tok_s_rep(100), tok_s_rep(100)], "image": [tok_s_rep(122), tok_s_rep(130)]}}}}
     md = report.summarize(res)
     assert "| m | image/stock | tok_s | 1 | 1.225 (1.200-1.250) | 1.260 (1.220-1.300) | yes |" in md
-    res["models"]["m"]["cross_check"]["image"] = [rep(90), rep(95)]
+    res["models"]["m"]["cross_check"]["image"] = [tok_s_rep(90), tok_s_rep(95)]
     assert "| m | image/stock | tok_s | 1 | 1.225 (1.200-1.250) | 0.925 (0.900-0.950) | no |" in report.summarize(res)
-    zero = {"throughput": {"1": {"tok_s": 0.0}}, "latency": {}}  # no ratio over a zero: the pair is left out
-    res["models"]["m"]["cross_check"] = {"stock": [zero, rep(100)], "image": [rep(110), rep(124)]}
+    zero = tok_s_rep(0.0)  # no ratio over a zero: the pair is left out
+    res["models"]["m"]["cross_check"] = {"stock": [zero, tok_s_rep(100)], "image": [tok_s_rep(110), tok_s_rep(124)]}
     assert "| m | image/stock | tok_s | 1 | 1.225 (1.200-1.250) | 1.240 (1.240-1.240) | yes |" in report.summarize(res)
     failed = {"throughput": {}, "latency": {}, "requests": {"1": {"completed": 0, "failed": 1,
                                                                "error": "no request completed (1 failed)"}}}
-    res["models"]["m"]["cross_check"]["image"] = [rep(110), failed]
+    res["models"]["m"]["cross_check"]["image"] = [tok_s_rep(110), failed]
     md = report.summarize(res)
     assert "- m image repetition 1, 1 clients: no request completed (1 failed)" in md
     # neither repetition pairs (a zero base, a failed measurement): no cross-check row for the figure
@@ -269,16 +270,16 @@ def test_cross_check_table_sets_the_clients_ratios_beside_the_benchs():
 def test_cross_check_table_sets_one_switch_against_the_image_where_stock_was_not_measured():
     """A run of image arms alone (run 40: one KV split against the image) is cross-checked as its own table pairs
     it, each other image arm against the image; with stock measured the pairs are against stock, as before."""
-    def rep(tok_s):
-        return {"throughput": {"128": {"tok_s": tok_s}}, "latency": {}}
+    def rep(*tok_s):
+        return [tok_s_rep(t, clients="128") for t in tok_s]
     res = {"args": {"out_tokens": "16"}, "servers": {}, "models": {"m": {
-        "reps": {"image": [rep(100), rep(100)], "image-attn-one-split": [rep(101), rep(102)]},
-        "cross_check": {"image": [rep(100), rep(100)], "image-attn-one-split": [rep(103), rep(101)]}}}}
+        "reps": {"image": rep(100, 100), "image-attn-one-split": rep(101, 102)},
+        "cross_check": {"image": rep(100, 100), "image-attn-one-split": rep(103, 101)}}}}
     md = report.summarize(res)
     assert "| m | image-attn-one-split/image | tok_s | 128 | 100.0 | 101.5 | 1.015 | 1.010-1.020 |" in md
     assert ("| m | image-attn-one-split/image | tok_s | 128 | 1.015 (1.010-1.020) | 1.020 (1.010-1.030) | yes |"
             in md)
-    res["models"]["m"]["reps"]["stock"] = res["models"]["m"]["cross_check"]["stock"] = [rep(50), rep(50)]
+    res["models"]["m"]["reps"]["stock"] = res["models"]["m"]["cross_check"]["stock"] = rep(50, 50)
     md = report.summarize(res)
     assert "image-attn-one-split/image" not in md
     assert "| m | image-attn-one-split/stock | tok_s | 128 | 2.030 (2.020-2.040) | 2.040 (2.020-2.060) | yes |" in md

@@ -115,9 +115,10 @@ def arms_no_model_has(cfg: Config, chosen: list[Model]) -> list[str]:
 def contexts_too_long(cfg: Config, chosen: list[Model]) -> list[str]:
     """A model whose checkpoint has fewer positions than the run's context length (--in-tokens, --out-tokens and 64
     to spare) would make every server of it exit at its start: it is refused before anything starts."""
+    beside_prompt = cfg.max_model_len - cfg.in_tokens  # the output and what Config.max_model_len keeps to spare
     return [f"--in-tokens {cfg.in_tokens} and --out-tokens {cfg.out_tokens} need a context of {cfg.max_model_len} "
-            f"tokens (64 to spare); {m.name} has {m.spec.max_position} positions: give --in-tokens "
-            f"{m.spec.max_position - cfg.out_tokens - 64} or less"
+            f"tokens ({beside_prompt - cfg.out_tokens} to spare); {m.name} has {m.spec.max_position} positions: give "
+            f"--in-tokens {m.spec.max_position - beside_prompt} or less"
             for m in chosen if m.spec.max_position < cfg.max_model_len]
 
 
@@ -141,8 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         p.error(str(e))
     if not cfg.models_only:
-        for problem in (missing_runtimes(cfg) + arms_no_model_has(cfg, list(models.values()))
-                        + contexts_too_long(cfg, list(models.values()))):
+        chosen = list(models.values())
+        for problem in missing_runtimes(cfg) + arms_no_model_has(cfg, chosen) + contexts_too_long(cfg, chosen):
             p.error(problem)
         for problem in gpu_problems(cfg, models, log=log):
             p.error(problem)

@@ -239,7 +239,7 @@ def without_stock_table(results: dict) -> list[str]:
     """A model measured without stock (one switch against the image): every other image arm against the image arm,
     paired by repetition as against stock."""
     def pairs(reps: dict) -> list[tuple[str, str, str]]:
-        return [(a, "image", f"{a}/image") for a, _ in image_variant_pairs(reps)]
+        return [(a, b, f"{a}/{b}") for a, b in image_variant_pairs(reps)]
     return pairs_table(results, "| model | versus | metric | clients | image | arm | arm/image median | "
                        "paired ratio range |", pairs)
 
