@@ -416,6 +416,34 @@ def test_the_h100_ep8_figures_of_one_kv_split_are_the_recorded_run_40():
         assert f"**{m}**" in section and m in goals and f"{m}x" in HEADLINE and f"{m}x" in readme, clients
 
 
+
+def test_the_h100_per_tensor_figures_against_sglang_at_128_clients_are_the_recorded_run_41():
+    """Run 41, the image as it ships against SGLang on the per-tensor TP8 shard at 8/32/128 clients: both clients'
+    ratios in the archive, the goals row, the headline, the index row and README; each above 1.00; vLLM's client's
+    ITL p50 at 8/32/128 clients; the start; and SGLang's default fused-MoE config, as its start log names it."""
+    model = "qwen3-235b-tp8-tensor@94L"
+    data = ROOT / "bench" / "data" / "h100_tensor_41"
+    readme = (ROOT / "README.md").read_text().replace("\n", " ")
+    res = json.loads((data / "e2e.json").read_text())
+    section, goals = archived("41"), GOALS.replace("\n", " ")
+    for clients in ("8", "32", "128"):
+        ratios, cross = tok_s(res, model, clients, base="sglang")
+        assert len(ratios) == 3 and len(cross) == 1 and min(ratios + cross) > 1.0, clients
+        m, rng, cm = f"{statistics.median(ratios):.3f}", f"({ratios[0]:.3f}-{ratios[-1]:.3f})", f"{cross[0]:.3f}"
+        assert f"**{m}** {rng}" in section and f"**{m} {rng}**" in goals and cm in section, clients
+        assert f"**{m}x**" in HEADLINE and f"{cm}x" in HEADLINE and f"{m}x" in index_row_of("41"), clients
+        assert f"{m}x" in readme and f"{cm}x" in readme and f"{cm}" in goals, clients
+    latency = {arm: res["models"][model]["cross_check"][arm][0]["latency"] for arm in ("image", "sglang")}
+    itl = {arm: ", ".join(f"{latency[arm][c]['itl_p50_ms']:.2f}" for c in ("8", "32")) + " and "
+           + f"{latency[arm]['128']['itl_p50_ms']:.2f}" for arm in latency}
+    assert f"ITL p50 {itl['image']} ms against SGLang's {itl['sglang']} ms" in section.replace("\n  ", " ")
+    assert start_against(res, model, "sglang") in goals
+    with tarfile.open(data / "e2e-logs.tar.gz") as logs:
+        log = logs.extractfile(f"logs/{model}.sglang.log").read().decode()
+    assert "Using default MoE kernel config" in log and "E=128,N=192,device_name=NVIDIA_H100_80GB_HBM3" in log
+    assert "no fused-MoE file for this rank on an H100" in readme
+
+
 def test_the_235b_ep8_gemv_and_vllm_034_figures_are_the_recorded_run_20():
     """The headline's 235B EP8 figures with patch 0011's entries (image-candidates/stock) and its stock vLLM 0.34
     figures (image/vllm-latest), from both clients, are run 20's."""
