@@ -416,7 +416,6 @@ def test_the_h100_ep8_figures_of_one_kv_split_are_the_recorded_run_40():
         assert f"**{m}**" in section and m in goals and f"{m}x" in HEADLINE and f"{m}x" in readme, clients
 
 
-
 def test_the_h100_per_tensor_figures_against_sglang_at_128_clients_are_the_recorded_run_41():
     """Run 41, the image as it ships against SGLang on the per-tensor TP8 shard at 8/32/128 clients: both clients'
     ratios in the archive, the goals row, the headline, the index row and README; each above 1.00; vLLM's client's
