@@ -1,6 +1,7 @@
 """The decode step's GEMMs outside the fused MoE, on the GPU, each against the other kernels vLLM 0.32 has for it.
 
-    python -m bench.decode_gemm_bench --out DIR      (the image's Python; --quick: fewer sizes and configs)
+    python -m bench.decode_gemm_bench --out DIR      (the image's Python; --quick: fewer sizes and configs;
+                                                      --tokens M ...: the dense layers' token counts)
 
 Run 15's profile of the Qwen3-235B EP8 block shard (bench/RESULTS-archive.md) put 1.35 ms of a 6.5 ms one-client
 decode step in the two block-FP8 dense GEMMs of each layer (vLLM's CUTLASS blockwise kernel: 7.2 us each at one
@@ -66,6 +67,12 @@ QUICK_GRID = [c for c in TRITON_GRID if c["BLOCK_SIZE_M"] == 16 and c["num_stage
 SPLIT_GRID = [dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=n, BLOCK_SIZE_K=BLOCK, SPLIT_K=s, num_warps=4, num_stages=st)
               for n, s, st in itertools.product((16, 32, 64, 128), (1, 2, 4, 8), (3, 4))]
 QUICK_SPLIT_GRID = [c for c in SPLIT_GRID if c["num_stages"] == 3 and c["BLOCK_SIZE_N"] in (32, 64, 128)]
+# Above TALL_TILE_TOKENS (a decode step of 33-128 requests, where CUTLASS's time stays that of 32 tokens) the split-K
+# kernel's grid takes taller tiles as well, 8 warps for the tallest: either grid, quick or not, then gives way to it.
+TALL_TILE_TOKENS = 32
+TALL_SPLIT_GRID = [dict(BLOCK_SIZE_M=m, BLOCK_SIZE_N=n, BLOCK_SIZE_K=BLOCK, SPLIT_K=s, num_warps=w, num_stages=3)
+                   for m, n, s, w in itertools.product((16, 32, 64), (32, 64, 128), (1, 2, 4, 8), (4, 8))
+                   if w == 4 or m == 64]
 # Patch 0010's GEMV entries (the matrix-vector kernel) for decode batches of up to GEMV_MAX_TOKENS: the dicts around
 # kernel probe 24b's best (4-8 rows a program, K steps of 512-4,096), those that tile the shape
 GEMV_GRID = [dict(BLOCK_SIZE_N=n, BLOCK_SIZE_K=k, num_warps=4, num_stages=st)
@@ -238,6 +245,19 @@ def block_fp8_weight(n: int, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.
     return w, ws, w.float() * ws.repeat_interleave(BLOCK, 0).repeat_interleave(BLOCK, 1)
 
 
+def split_grid_for(m: int, grid: list[dict]) -> list[dict]:
+    """The split-K configs to try at m tokens: `grid` up to TALL_TILE_TOKENS, the grid with taller tiles above."""
+    return grid if m <= TALL_TILE_TOKENS else TALL_SPLIT_GRID
+
+
+def split_label(config: dict) -> str:
+    """A split-K config in the table: its tile's N, its K split and stages; a tile taller than 16 rows, and warps
+    other than 4, named in front."""
+    tall = "" if config["BLOCK_SIZE_M"] == 16 else f"M{config['BLOCK_SIZE_M']} "
+    warps = "" if config["num_warps"] == 4 else f"w{config['num_warps']} "
+    return f"{tall}{warps}N{config['BLOCK_SIZE_N']} K/{config['SPLIT_K']} s{config['num_stages']}"
+
+
 def dense_cases(tokens, presets, grid, split_grid, out: dict, rows: list[str], gemv_grid=()) -> None:
     from vllm.model_executor.kernels.linear.scaled_mm.cutlass import cutlass_scaled_mm
     from vllm.model_executor.layers.quantization.utils import fp8_utils
@@ -285,7 +305,7 @@ def dense_cases(tokens, presets, grid, split_grid, out: dict, rows: list[str], g
                     x, w, None, ws, [BLOCK, BLOCK], config, torch.bfloat16), sets)
 
             best = best_of(grid, triton_with)
-            best_split = best_of(split_grid, split_k_with)
+            best_split = best_of(split_grid_for(m, split_grid), split_k_with)
             best_gemv = best_of([c for c in gemv_grid if gemv_tiles(c, n, k)], gemv_with) \
                 if m <= GEMV_MAX_TOKENS else None
             arms = {"cutlass": rotating(cutlass, sets), "image": rotating(image, sets), "triton": triton_with(None)}
@@ -308,8 +328,7 @@ def dense_cases(tokens, presets, grid, split_grid, out: dict, rows: list[str], g
                 continue
             tiles = (f"{best['BLOCK_SIZE_M']}x{best['BLOCK_SIZE_N']} w{best['num_warps']} s{best['num_stages']}"
                      if best else "-")
-            split = f"N{best_split['BLOCK_SIZE_N']} K/{best_split['SPLIT_K']} s{best_split['num_stages']}" \
-                if best_split else "-"
+            split = split_label(best_split) if best_split else "-"
             tier = "CUTLASS" if not image_config else "GEMV tier" if "GEMV" in image_config else "split-K tier"
             gemv = f"N{best_gemv['BLOCK_SIZE_N']} K{best_gemv['BLOCK_SIZE_K']} s{best_gemv['num_stages']}" \
                 if best_gemv else "-"
@@ -337,16 +356,22 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--quick", action="store_true", help="1, 8 and 32 tokens and a 6-config grid")
+    p.add_argument("--tokens", type=int, nargs="+", metavar="M",
+                   help="the dense layers' token counts to time (default: 1, 8 and 32 with --quick, else "
+                        f"{', '.join(map(str, DENSE_TOKENS))}); above {TALL_TILE_TOKENS} the split-K kernel also "
+                        "tries taller tiles")
     p.add_argument("--presets", nargs="+", choices=SHARD_PRESETS, default=SHARD_PRESETS,
                    help="the shards whose dense layers and routers to time (default: all)")
     a = p.parse_args()
+    if a.tokens and min(a.tokens) < 1:
+        p.error(f"--tokens: token counts are 1 or more, not {min(a.tokens)}")
     if not torch.cuda.is_available():
         raise SystemExit("decode_gemm_bench: no CUDA device here; it times GPU kernels")
     # the image's call reads the small-M files where the launcher points vLLM: configs/
     os.environ.setdefault("VLLM_TUNED_CONFIG_FOLDER", str(CONFIGS_DIR))
     torch.manual_seed(0)
     router_tokens = (1, 8, 16) if a.quick else ROUTER_TOKENS
-    dense_tokens = (1, 8, 32) if a.quick else DENSE_TOKENS
+    dense_tokens = a.tokens or ((1, 8, 32) if a.quick else DENSE_TOKENS)
     grid = QUICK_GRID if a.quick else TRITON_GRID
     import triton
 

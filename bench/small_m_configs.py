@@ -9,8 +9,10 @@ never won gets no file; trailing nulls are left out (CUTLASS runs above the larg
 every token count above the next smaller entry up to its own (patch 0010's rule), so a token count that was not
 timed takes the next larger one's kernel. --fused-input-quant NxK marks a shape's file "fused_input_quant": true
 (its layer's op then takes the bf16 input: for a layer whose input no fusion pass quantizes, such as o_proj) and
-judges its entries on the bench's split-K kernel quantizing its bf16 input against quantization + CUTLASS. Writes
-one file per shape; prints what it wrote.
+judges its entries on the bench's split-K kernel quantizing its bf16 input against quantization + CUTLASS. --base DIR
+keeps the entries of DIR's file for a shape (the device's own, else the H200's, as the image reads them) at every
+token count the bench did not time, and that file's fused_input_quant: a bench of larger token counts then adds to
+the shipped entries rather than replacing them. Writes one file per shape; prints what it wrote.
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ def file_name(n: int, k: int, device: str = "NVIDIA_H200") -> str:
     return f"N={n},K={k},device_name={device.replace(' ', '_')},dtype=fp8_w8a8,block_shape=[{BLOCK},{BLOCK}],small_m.json"
 
 
-Entries = dict[int, dict | None]  # token count -> the split-K config, or None: CUTLASS
+Entries = dict[int, dict | None]  # token count -> its entry as a file holds it, or None: CUTLASS
 
 
 def from_decode_gemm(data: dict, max_tokens: int | None = None,
@@ -42,11 +44,37 @@ def from_decode_gemm(data: dict, max_tokens: int | None = None,
         fused = (case["n"], case["k"]) in fused_input_quant
         ratio = case.get("ratio", {}).get(FUSED_RATIO if fused else "triton split-K")
         won = bool(ratio and case.get("best_split_k_config") and ratio[2] < 1.0)  # in every paired repetition
-        shapes.setdefault((case["n"], case["k"]), {})[case["m"]] = case["best_split_k_config"] if won else None
+        config = {key: case["best_split_k_config"][key] for key in KEYS} if won else None
+        shapes.setdefault((case["n"], case["k"]), {})[case["m"]] = config
     for entries in shapes.values():
         while entries and entries[max(entries)] is None:
             del entries[max(entries)]
     return {shape: entries for shape, entries in shapes.items() if entries}
+
+
+def base_file(base: Path, n: int, k: int, device: str) -> tuple[Entries, bool]:
+    """The shape's file in `base` (the device's own, else the H200's, which the image reads on a device without its
+    own): its entries by token count and its fused_input_quant; none and False without a file."""
+    for name in (file_name(n, k, device), file_name(n, k)):
+        if (base / name).is_file():
+            body = json.loads((base / name).read_text())
+            return {int(m): c for m, c in body.items() if m.isdigit()}, bool(body.get("fused_input_quant"))
+    return {}, False
+
+
+def over_base(shapes: dict[tuple[int, int], Entries],
+              bases: dict[tuple[int, int], Entries]) -> dict[tuple[int, int], Entries]:
+    """Each shape's entries laid over its base entries: the base's at the token counts the bench did not time stay;
+    a null (CUTLASS) entry at the top is left out, as from_decode_gemm leaves it. A shape the bench gave no entry
+    keeps its base file as it is (no file written)."""
+    merged = {}
+    for shape, entries in shapes.items():
+        entries = dict(sorted({**bases.get(shape, {}), **entries}.items()))
+        while entries and entries[max(entries)] is None:
+            del entries[max(entries)]
+        if entries:
+            merged[shape] = entries
+    return merged
 
 
 def write(shapes: dict[tuple[int, int], Entries], out: Path, triton_version: str, device: str,
@@ -57,8 +85,7 @@ def write(shapes: dict[tuple[int, int], Entries], out: Path, triton_version: str
         body: dict[str, object] = {"triton_version": triton_version}
         if (n, k) in fused_input_quant:
             body["fused_input_quant"] = True
-        body.update({str(m): None if entries[m] is None else {key: entries[m][key] for key in KEYS}
-                     for m in sorted(entries)})
+        body.update({str(m): entries[m] for m in sorted(entries)})
         path = out / file_name(n, k, device)
         path.write_text(json.dumps(body, indent=4) + "\n")
         written.append(path)
@@ -81,10 +108,19 @@ def main() -> int:
     p.add_argument("--fused-input-quant", nargs="+", default=[], metavar="NxK", type=shape,
                    help="shapes whose layer's input no fusion pass quantizes (o_proj), where the bench's split-K "
                         "kernel quantizing its bf16 input beat quantization + CUTLASS: their files ask for it")
+    p.add_argument("--base", type=Path, metavar="DIR",
+                   help="keep DIR's entries (configs/) at the token counts the bench did not time")
     a = p.parse_args()
     data = json.loads(a.source.read_text())
     fused = set(a.fused_input_quant)
+    if a.base is not None and not a.base.is_dir():
+        p.error(f"--base {a.base}: no such folder")
+    timed = {(c["n"], c["k"]) for name, c in data["cases"].items() if name.startswith("dense ")}
+    bases = {shape: base_file(a.base, *shape, data["device"]) for shape in timed} if a.base is not None else {}
+    fused |= {shape for shape, (_, flag) in bases.items() if flag}
     shapes = from_decode_gemm(data, a.max_tokens, fused)
+    if bases:
+        shapes = over_base(shapes, {shape: entries for shape, (entries, _) in bases.items()})
     for path in write(shapes, a.out, data["triton"], data["device"], fused):
         print(path)
     return 0

@@ -84,3 +84,26 @@ def test_a_graphs_calls_take_their_weights_in_turn_from_sets_larger_than_l2():
     assert len(bench.weight_sets(torch.empty(14336, 6144, dtype=torch.uint8))) == 3
     # a router's few hundred KiB: no more sets than a graph's calls take
     assert len(bench.weight_sets(torch.empty(16, 4096, dtype=torch.bfloat16))) == bench.CALLS
+
+
+def test_above_32_tokens_the_split_k_kernel_also_tries_taller_tiles():
+    """Up to 32 tokens the grid given (quick or full); above, where a decode step of 33-128 requests runs CUTLASS at
+    its 32-token time, a grid with 32- and 64-row tiles (8 warps for the tallest) that holds the quick grid too; each
+    config keeps the weight block's K and the small-M file's keys, and the table names a tall tile and its warps."""
+    from bench.small_m_configs import KEYS
+
+    assert bench.split_grid_for(32, bench.QUICK_SPLIT_GRID) is bench.QUICK_SPLIT_GRID
+    tall = bench.split_grid_for(33, bench.QUICK_SPLIT_GRID)
+    assert tall is bench.split_grid_for(128, bench.SPLIT_GRID) is bench.TALL_SPLIT_GRID
+    assert all(c["BLOCK_SIZE_K"] == bench.BLOCK and tuple(c) == KEYS for c in tall)
+    assert set(map(str, bench.QUICK_SPLIT_GRID)) < set(map(str, tall))
+    assert {(c["BLOCK_SIZE_M"], c["num_warps"]) for c in tall} == {(16, 4), (32, 4), (64, 4), (64, 8)}
+    assert bench.split_label(bench.QUICK_SPLIT_GRID[0]) == "N32 K/1 s3"
+    assert bench.split_label(dict(tall[-1])) == "M64 w8 N128 K/8 s3"
+
+
+def test_a_token_count_below_one_is_refused_before_anything_runs(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "bench.decode_gemm_bench", "--tokens", "64", "0", "--out", str(tmp_path)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "--tokens: token counts are 1 or more, not 0" in r.stderr
+    assert not list(tmp_path.iterdir())

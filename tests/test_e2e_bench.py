@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import signal
 import statistics
 import subprocess
@@ -1398,16 +1399,15 @@ def test_servers_the_gpu_cannot_hold_together_are_refused_with_the_layers_that_f
     assert fits[3] < fits[2] < 61
 
 
-def _newest_run_commands() -> list[tuple[str, list[str]]]:
+def _newest_run_commands() -> list[tuple[dict[str, str], list[str]]]:
     """Each `tools/h200_session.sh` command of bench/RESULTS-archive.md's newest "### Run" section (the run's own and
-    the next leases' it plans): (its PEERS, its E2E_ARGS split as the shell splits them)."""
-    import shlex
-
+    the next leases' it plans): (the variables it sets before E2E_ARGS, its E2E_ARGS split as the shell splits them)."""
     archive = (ROOT / "bench" / "RESULTS-archive.md").read_text()
     section = archive[archive.rindex("\n### Run "):]
     section = re.sub(r"\\\n\s*", " ", section.split("\n## ", 1)[0])  # the shell's line continuations joined
-    command = r'(?:PEERS=("[^"]*"|\S+) )?E2E_ARGS="([^"]*)"[^\n]*h200_session[.]sh'
-    return [(peers, shlex.split(args)) for peers, args in re.findall(command, section)]
+    command = r'((?:[A-Z_0-9]+=(?:"[^"]*"|\S+) +)*)E2E_ARGS="([^"]*)"[^\n]*h200_session[.]sh'
+    return [(dict(v.split("=", 1) for v in shlex.split(env)), shlex.split(args))
+            for env, args in re.findall(command, section)]
 
 
 def test_the_newest_runs_lease_commands_would_start_on_an_h200(tmp_path, monkeypatch):
@@ -1421,10 +1421,16 @@ def test_the_newest_runs_lease_commands_would_start_on_an_h200(tmp_path, monkeyp
     python = tmp_path / "python"
     python.write_text("#!/bin/sh\n")
     python.chmod(0o755)
-    for peers, args in commands:
-        peer_args = [a for peer in peers.strip('"').split() for a in (f"--{peer}-python", str(python))]
+    for env, args in commands:
+        peer_args = [a for peer in env.get("PEERS", "").split() for a in (f"--{peer}-python", str(python))]
+        # SMALL_M_CANDIDATES: the script adds the folder of the candidate files it makes (a folder of config files)
+        candidates = ["--candidate-configs", "configs"] if "SMALL_M_CANDIDATES" in env else []
+        if candidates:  # made from this lease's decode GEMM bench, over the folder --base names
+            flags = shlex.split(env["SMALL_M_CANDIDATES"])
+            assert env.get("GEMMS") == "first", env
+            assert "--base" not in flags or Path(flags[flags.index("--base") + 1]).is_dir(), env
         cfg = Config.from_args(cli.parser().parse_args(
-            ["--stock-site", "-", "--models-dir", "-", "--out", "-", *peer_args, *args]))
+            ["--stock-site", "-", "--models-dir", "-", "--out", "-", *peer_args, *args, *candidates]))
         deep = cli.models_at_depth(cfg)
         assert cli.missing_runtimes(cfg) + cli.arms_no_model_has(cfg, list(deep.values())) == [], args
         assert cli.contexts_too_long(cfg, list(deep.values())) == [], args

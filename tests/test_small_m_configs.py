@@ -106,3 +106,36 @@ def test_a_fused_input_quant_shape_is_judged_against_quantization_plus_cutlass(t
     plain = make(bench_json, tmp_path / "plain")
     assert json.loads((tmp_path / "plain" / plain[0]).read_text()) == {"triton_version": "3.7.1", "1": None,
                                                                         "8": config}
+
+
+def test_a_bench_of_larger_token_counts_adds_to_the_shipped_entries_with_base(tmp_path):
+    """--base configs: a bench of 64 and 128 tokens on an H100 keeps the shipped (H200) file's entries at 1-32 tokens,
+    a GEMV entry and fused_input_quant included, and writes the H100's own file; a shape where the split-K kernel
+    never won gets no file (the shipped one serves as it is); a base folder that does not exist is named."""
+    tall = dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=64, BLOCK_SIZE_K=128, SPLIT_K=2, num_warps=8, num_stages=3)
+
+    def case(n, k, m, ratio):
+        return {"n": n, "k": k, "m": m, "best_split_k_config": dict(tall, GROUP_SIZE_M=1),
+                "ratio": {"triton split-K": ratio, small_m_configs.FUSED_RATIO: ratio}}
+
+    bench_json = tmp_path / "decode_gemm.json"
+    bench_json.write_text(json.dumps({"device": "NVIDIA H100 80GB HBM3", "triton": "3.7.1", "cases": {
+        "dense qkv M=64": case(1280, 4096, 64, [0.7, 0.65, 0.8]),
+        "dense qkv M=128": case(1280, 4096, 128, [1.1, 1.05, 1.2]),  # CUTLASS: trailing, left out
+        "dense o_proj M=64": case(4096, 1024, 64, [1.1, 1.05, 1.2]),  # never won: no file
+        "dense coder o_proj M=64": case(6144, 12288, 64, [0.9, 0.85, 0.95])}}))
+    configs = ROOT / "configs"
+    made = make(bench_json, tmp_path / "out", "--base", str(configs))
+    device = "NVIDIA H100 80GB HBM3"
+    assert made == sorted(small_m_configs.file_name(n, k, device) for n, k in ((1280, 4096), (6144, 12288)))
+    for n, k in ((1280, 4096), (6144, 12288)):
+        shipped = json.loads((configs / small_m_configs.file_name(n, k)).read_text())
+        body = json.loads((tmp_path / "out" / small_m_configs.file_name(n, k, device)).read_text())
+        assert body == {**shipped, "64": tall}, (n, k)
+        assert [int(m) for m in body if m.isdigit()] == sorted(int(m) for m in body if m.isdigit())
+    assert "GEMV" in body["1"] and body["fused_input_quant"] is True  # the Coder's o_proj as shipped, plus 64 tokens
+    r = subprocess.run([sys.executable, "-m", "bench.small_m_configs", "--from", str(bench_json), "--out",
+                        str(tmp_path / "none"), "--base", str(tmp_path / "missing")],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and f"--base {tmp_path / 'missing'}: no such folder" in r.stderr
+    assert not (tmp_path / "none").exists()
