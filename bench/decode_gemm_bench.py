@@ -67,7 +67,7 @@ QUICK_GRID = [c for c in TRITON_GRID if c["BLOCK_SIZE_M"] == 16 and c["num_stage
 SPLIT_GRID = [dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=n, BLOCK_SIZE_K=BLOCK, SPLIT_K=s, num_warps=4, num_stages=st)
               for n, s, st in itertools.product((16, 32, 64, 128), (1, 2, 4, 8), (3, 4))]
 QUICK_SPLIT_GRID = [c for c in SPLIT_GRID if c["num_stages"] == 3 and c["BLOCK_SIZE_N"] in (32, 64, 128)]
-# Above TALL_TILE_TOKENS (a decode step of 33-128 requests, where CUTLASS's time stays that of 32 tokens) the split-K
+# Above TALL_TILE_TOKENS (a decode step of 33-128 requests, where CUTLASS takes about its 32-token time) the split-K
 # kernel's grid takes taller tiles as well, 8 warps for the tallest: either grid, quick or not, then gives way to it.
 TALL_TILE_TOKENS = 32
 TALL_SPLIT_GRID = [dict(BLOCK_SIZE_M=m, BLOCK_SIZE_N=n, BLOCK_SIZE_K=BLOCK, SPLIT_K=s, num_warps=w, num_stages=3)
