@@ -46,10 +46,16 @@ def from_decode_gemm(data: dict, max_tokens: int | None = None,
         won = bool(ratio and case.get("best_split_k_config") and ratio[2] < 1.0)  # in every paired repetition
         config = {key: case["best_split_k_config"][key] for key in KEYS} if won else None
         shapes.setdefault((case["n"], case["k"]), {})[case["m"]] = config
-    for entries in shapes.values():
-        while entries and entries[max(entries)] is None:
-            del entries[max(entries)]
-    return {shape: entries for shape, entries in shapes.items() if entries}
+    return {shape: kept for shape, entries in shapes.items() if (kept := without_trailing_nulls(entries))}
+
+
+def without_trailing_nulls(entries: Entries) -> Entries:
+    """The entries by token count without the null (CUTLASS) ones above the largest config: CUTLASS runs there
+    anyway."""
+    entries = dict(sorted(entries.items()))
+    while entries and entries[max(entries)] is None:
+        del entries[max(entries)]
+    return entries
 
 
 def base_file(base: Path, n: int, k: int, device: str) -> tuple[Entries, bool]:
@@ -67,14 +73,8 @@ def over_base(shapes: dict[tuple[int, int], Entries],
     """Each shape's entries laid over its base entries: the base's at the token counts the bench did not time stay;
     a null (CUTLASS) entry at the top is left out, as from_decode_gemm leaves it. A shape the bench gave no entry
     keeps its base file as it is (no file written)."""
-    merged = {}
-    for shape, entries in shapes.items():
-        entries = dict(sorted({**bases.get(shape, {}), **entries}.items()))
-        while entries and entries[max(entries)] is None:
-            del entries[max(entries)]
-        if entries:
-            merged[shape] = entries
-    return merged
+    merged = {shape: without_trailing_nulls({**bases.get(shape, {}), **entries}) for shape, entries in shapes.items()}
+    return {shape: entries for shape, entries in merged.items() if entries}
 
 
 def write(shapes: dict[tuple[int, int], Entries], out: Path, triton_version: str, device: str,
