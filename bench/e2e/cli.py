@@ -122,6 +122,12 @@ def contexts_too_long(cfg: Config, chosen: list[Model]) -> list[str]:
             for m in chosen if m.spec.max_position < cfg.max_model_len]
 
 
+def run_problems(cfg: Config, chosen: list[Model]) -> list[str]:
+    """What refuses a run before anything starts, the GPU's memory aside: a peer runtime not given, an arm no chosen
+    model has, a context longer than a checkpoint's positions."""
+    return missing_runtimes(cfg) + arms_no_model_has(cfg, chosen) + contexts_too_long(cfg, chosen)
+
+
 def models_at_depth(cfg: Config) -> dict[str, Model]:
     """The models of --models, in their order, each at its --layers depth; a ValueError names a --layers that
     cannot be."""
@@ -142,8 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         p.error(str(e))
     if not cfg.models_only:
-        chosen = list(models.values())
-        for problem in missing_runtimes(cfg) + arms_no_model_has(cfg, chosen) + contexts_too_long(cfg, chosen):
+        for problem in run_problems(cfg, list(models.values())):
             p.error(problem)
         for problem in gpu_problems(cfg, models, log=log):
             p.error(problem)
