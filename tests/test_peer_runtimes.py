@@ -216,11 +216,26 @@ def test_the_session_scripts_peers_step_installs_a_runtime_from_its_staged_parts
     assert not (root / "venv-sglang" / "check-passed").exists()  # so `all` leaves its arm out
 
 
-def test_the_session_scripts_prep_step_refuses_to_start_without_the_runs_models(tmp_path):
-    """tools/h200_session.sh prep without E2E_ARGS would make every preset model, which no lease's disk holds: it
-    stops at once, saying what to give it, and touches nothing."""
+@pytest.mark.parametrize("subcommand", ["prep", "all", "e2e"])
+def test_the_session_scripts_engine_steps_refuse_to_start_without_the_runs_models(tmp_path, subcommand):
+    """tools/h200_session.sh prep, all and e2e without E2E_ARGS would make (or serve) every preset model, which no
+    lease's disk holds: each stops at once, saying what to give it, and touches nothing."""
     env = {"PATH": "/usr/bin:/bin", "RES": str(tmp_path / "results"), "STAGE": str(tmp_path / "stage")}
-    r = subprocess.run(["bash", "tools/h200_session.sh", "prep"], cwd=ROOT, env=env, capture_output=True, text=True,
-                       timeout=60)
-    assert r.returncode == 2 and "E2E_ARGS is unset" in r.stderr and "`all`" in r.stderr, r.stderr
+    r = subprocess.run(["bash", "tools/h200_session.sh", subcommand], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and f"{subcommand}: E2E_ARGS is unset" in r.stderr, r.stderr
+    assert ("ENGINE=0" in r.stderr) == (subcommand == "all"), r.stderr
     assert not (tmp_path / "results").exists()
+
+
+def test_the_session_scripts_all_with_engine_0_runs_the_kernel_steps_without_e2e_args(tmp_path):
+    """ENGINE=0 (a lease too short for the engine bench): `all` needs no E2E_ARGS and goes on to install the image's
+    runtime, which here stops it at the unpack step (no parts staged), with the steps in session.log."""
+    res = tmp_path / "results"
+    env = {"PATH": "/usr/bin:/bin", "RES": str(res), "STAGE": str(tmp_path / "stage"), "ENGINE": "0",
+           "WH": str(tmp_path / "wheelhouse"), "GEMMS": "0", "KERNELS": "0"}
+    r = subprocess.run(["bash", "tools/h200_session.sh", "all"], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=60)
+    log = (res / "session.log").read_text()
+    assert r.returncode == 1 and "=== 0 s: unpack" in log, (r.stderr, log)
+    assert "E2E_ARGS is unset" not in r.stderr + log and "engine benchmark" not in log

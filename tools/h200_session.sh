@@ -22,22 +22,25 @@
 #   setsid tools/h200_session.sh prep &         # once the image's parts are staged, while the peers' still arrive:
 #                                               # the image's runtime, stock vLLM and the models of E2E_ARGS
 #                                               # (from a copy of the tree); `all` waits for it and skips those
-#   setsid tools/h200_session.sh all &          # the rest, in the background (outlives the call);
-#                                               # env: SMOKE=0 skips the smoke tests, GEMMS=0 the decode
+#   setsid tools/h200_session.sh all &          # the rest, in the background (outlives the call); env:
+#                                               # E2E_ARGS the engine bench's flags (required: without --models
+#                                               # it would make every preset model); ENGINE=0 no engine bench,
+#                                               # the kernel benches alone (a lease too short for one; E2E_ARGS
+#                                               # unused); SMOKE=0 skips the smoke tests; GEMMS=0 the decode
 #                                               # GEMM bench (bench/decode_gemm_bench.py; after the engine
 #                                               # bench, GEMMS=first before it; GEMM_ARGS its flags,
-#                                               # e.g. "--presets qwen3-235b-a22b-ep8"), PROMPT_GEMMS=1 a
+#                                               # e.g. "--presets qwen3-235b-a22b-ep8"); PROMPT_GEMMS=1 a
 #                                               # prompt step's dense GEMMs before the engine bench (with
 #                                               # prep: prep starts them beside the models' making; the
-#                                               # subcommand prompt-gemm-probe; PROMPT_GEMM_ARGS its flags),
-#                                               # PROFILE=0 the
-#                                               # profiler windows (at 94 layers a one-client window is
-#                                               # about a million GPU events to write and parse), E2E_ARGS,
+#                                               # subcommand prompt-gemm-probe; PROMPT_GEMM_ARGS its flags);
+#                                               # PROFILE=0 the profiler windows (at 94 layers a one-client
+#                                               # window is about a million GPU events to write and parse);
 #                                               # PEERS="sglang vllm-latest": the peers' runtimes too (peers)
 #                                               # and the bench told their Pythons; SMALL_M_CANDIDATES (with
 #                                               # GEMMS=first; may be empty): small-M files from that bench
 #                                               # (bench.small_m_configs, these its flags) for the
-#                                               # image-candidates arm of the same run
+#                                               # image-candidates arm of the same run (with ENGINE=0: the
+#                                               # files alone, the kernel bench's gate)
 #   setsid tools/h200_session.sh e2e &          # the engine bench alone again (E2E_ARGS, PEERS, PROFILE as for all),
 #                                               # on the runtimes all or prep installed
 #   tools/h200_session.sh peers                 # the peer arms' runtimes (PEERS, default both) from their
@@ -75,6 +78,13 @@ install_image() {
     echo "make $target exit: ${PIPESTATUS[0]}"
     step "stock vLLM 0.32.0 beside it (pristine wheel)"
     "$GPU_VENV/bin/python" -m pip install -q --no-index --no-deps --find-links "$WH" --target "$STOCK" vllm==0.32.0
+}
+# A subcommand that would run bench.e2e without E2E_ARGS (every preset model, which no lease's disk holds) stops
+# at once, touching nothing
+need_e2e_args() {  # SUBCOMMAND WHAT_TO_GIVE
+    [ -n "${E2E_ARGS:-}" ] && return
+    echo "$1: E2E_ARGS is unset; give it $2" >&2
+    exit 2
 }
 t0=$(date +%s)
 step() { echo "=== $(($(date +%s) - t0)) s: $*"; }
@@ -168,10 +178,7 @@ prompt-gemm-probe)
     ;;
 prep)
     # prep makes the models E2E_ARGS names: without it, every preset model, which the host's disk does not hold
-    if [ -z "${E2E_ARGS:-}" ]; then
-        echo "prep: E2E_ARGS is unset; give it the E2E_ARGS of the \`all\` that follows (the models to make)" >&2
-        exit 2
-    fi
+    need_e2e_args prep "the E2E_ARGS of the \`all\` that follows (the models to make)"
     # the install reads Makefile and patches/ from the copy
     mkdir -p "$RES" && rm -f "$PREP_DONE" && tree_copy prep || exit 1
     exec > >(tee -a "$PREP_LOG") 2>&1
@@ -185,6 +192,7 @@ prep)
     touch "$PREP_DONE"
     ;;
 all)
+    [ "${ENGINE:-1}" = 0 ] || need_e2e_args all "the engine bench's flags (--models ...), or ENGINE=0 for the kernel benches alone"
     mkdir -p "$RES"
     exec > >(tee -a "$RES/session.log") 2>&1
     if [ -f "$PREP_LOG" ]; then
@@ -243,7 +251,7 @@ all)
         wait_for "$RES/kernels/DONE" tune && export LMI_CONFIGS_DIR="$RES/kernels/configs" || echo "tune failed: shipped configs only"
         echo "image configs: ${LMI_CONFIGS_DIR:-configs/}"
     fi
-    engine_bench
+    if [ "${ENGINE:-1}" = 0 ]; then step "ENGINE=0: no engine bench"; else engine_bench; fi
     [ "${GEMMS:-1}" = first ] || decode_gemms
     step "done"
     touch "$RES/DONE"
@@ -251,6 +259,7 @@ all)
 e2e)
     # The engine bench again (E2E_ARGS, PEERS, PROFILE as for all) on what all or prep installed, e.g. after a run
     # whose arms did not fit: its e2e/ is replaced, session.log gets its lines
+    need_e2e_args e2e "the engine bench's flags (--models ...)"
     mkdir -p "$RES" && exec > >(tee -a "$RES/session.log") 2>&1
     [ -x "$GPU_VENV/bin/python" ] && [ -d "$STOCK/vllm" ] || { echo "no image runtime or stock vLLM: run all or prep"; exit 1; }
     tree_copy e2e || exit 1
