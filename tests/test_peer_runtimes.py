@@ -225,6 +225,7 @@ def test_the_session_scripts_engine_steps_refuse_to_start_without_the_runs_model
                        text=True, timeout=60)
     assert r.returncode == 2 and f"{subcommand}: E2E_ARGS is unset" in r.stderr, r.stderr
     assert ("ENGINE=0" in r.stderr) == (subcommand == "all"), r.stderr
+    assert subcommand != "prep" or "`all`" in r.stderr, r.stderr  # prep is given the E2E_ARGS of the `all` after it
     assert not (tmp_path / "results").exists()
 
 
