@@ -231,7 +231,8 @@ def test_the_session_scripts_engine_steps_refuse_to_start_without_the_runs_model
 
 def test_the_session_scripts_all_with_engine_0_runs_the_kernel_steps_without_e2e_args(tmp_path):
     """ENGINE=0 (a lease too short for the engine bench): `all` needs no E2E_ARGS and goes on to install the image's
-    runtime, which here stops it at the unpack step (no parts staged), with the steps in session.log."""
+    runtime, which here stops it at the unpack step (no parts staged), with the steps in session.log; after a prep
+    that is done it runs to its end without the engine bench and without installing the peers' runtimes (PEERS)."""
     res = tmp_path / "results"
     env = {"PATH": "/usr/bin:/bin", "RES": str(res), "STAGE": str(tmp_path / "stage"), "ENGINE": "0",
            "WH": str(tmp_path / "wheelhouse"), "GEMMS": "0", "KERNELS": "0"}
@@ -240,3 +241,11 @@ def test_the_session_scripts_all_with_engine_0_runs_the_kernel_steps_without_e2e
     log = (res / "session.log").read_text()
     assert r.returncode == 1 and "=== 0 s: unpack" in log, (r.stderr, log)
     assert "E2E_ARGS is unset" not in r.stderr + log and "engine benchmark" not in log
+    (res / "session.log").unlink()
+    (res / "prep.log").write_text("")
+    (res / "PREP_DONE").touch()
+    r = subprocess.run(["bash", "tools/h200_session.sh", "all"], cwd=ROOT, env={**env, "PEERS": "sglang"},
+                       capture_output=True, text=True, timeout=60)
+    log = (res / "session.log").read_text()
+    assert r.returncode == 0 and "ENGINE=0: no engine bench" in log and (res / "DONE").exists(), (r.stderr, log)
+    assert "peer runtimes" not in log and "engine benchmark" not in log and "unpack" not in log

@@ -26,8 +26,8 @@
 #                                               # E2E_ARGS the engine bench's flags (required: without --models
 #                                               # it would make every preset model); ENGINE=0 no engine bench,
 #                                               # the kernel benches alone (a lease too short for one; E2E_ARGS
-#                                               # unused); SMOKE=0 skips the smoke tests; GEMMS=0 the decode
-#                                               # GEMM bench (bench/decode_gemm_bench.py; after the engine
+#                                               # and PEERS unused); SMOKE=0 skips the smoke tests; GEMMS=0
+#                                               # the decode GEMM bench (bench/decode_gemm_bench.py; after the engine
 #                                               # bench, GEMMS=first before it; GEMM_ARGS its flags,
 #                                               # e.g. "--presets qwen3-235b-a22b-ep8"); PROMPT_GEMMS=1 a
 #                                               # prompt step's dense GEMMs before the engine bench (with
@@ -201,7 +201,8 @@ all)
     else
         install_image || exit 1
     fi
-    if [ -n "${PEERS:-}" ]; then
+    # the peers serve only in the engine bench
+    if [ -n "${PEERS:-}" ] && [ "${ENGINE:-1}" != 0 ]; then
         step "peer runtimes: $PEERS (beside $GPU_VENV)"
         "$0" peers
         set_peer_args
