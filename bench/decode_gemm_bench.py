@@ -352,7 +352,7 @@ def finish(out: Path, stem: str, results: dict, tables: str) -> int:
     return 0 if worst < 0.05 and all(c["us"] for c in results["cases"].values()) else 1
 
 
-def main() -> int:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--quick", action="store_true", help="1, 8 and 32 tokens and a 6-config grid")
@@ -362,9 +362,19 @@ def main() -> int:
                         "tries taller tiles")
     p.add_argument("--presets", nargs="+", choices=SHARD_PRESETS, default=SHARD_PRESETS,
                    help="the shards whose dense layers and routers to time (default: all)")
-    a = p.parse_args()
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = parser()
+    a = p.parse_args(argv)
     if a.tokens and min(a.tokens) < 1:
         p.error(f"--tokens: token counts are 1 or more, not {min(a.tokens)}")
+    return a
+
+
+def main() -> int:
+    a = parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("decode_gemm_bench: no CUDA device here; it times GPU kernels")
     # the image's call reads the small-M files where the launcher points vLLM: configs/

@@ -99,7 +99,7 @@ def shape(text: str) -> tuple[int, int]:
     return int(n), int(k)
 
 
-def main() -> int:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--from", dest="source", type=Path, required=True,
                    help="bench/decode_gemm_bench.py's decode_gemm.json")
@@ -110,11 +110,21 @@ def main() -> int:
                         "kernel quantizing its bf16 input beat quantization + CUTLASS: their files ask for it")
     p.add_argument("--base", type=Path, metavar="DIR",
                    help="keep DIR's entries (configs/) at the token counts the bench did not time")
-    a = p.parse_args()
-    data = json.loads(a.source.read_text())
-    fused = set(a.fused_input_quant)
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = parser()
+    a = p.parse_args(argv)
     if a.base is not None and not a.base.is_dir():
         p.error(f"--base {a.base}: no such folder")
+    return a
+
+
+def main() -> int:
+    a = parse_args()
+    data = json.loads(a.source.read_text())
+    fused = set(a.fused_input_quant)
     timed = {(c["n"], c["k"]) for name, c in data["cases"].items() if name.startswith("dense ")}
     bases = {shape: base_file(a.base, *shape, data["device"]) for shape in timed} if a.base is not None else {}
     fused |= {shape for shape, (_, flag) in bases.items() if flag}

@@ -1399,38 +1399,43 @@ def test_servers_the_gpu_cannot_hold_together_are_refused_with_the_layers_that_f
     assert fits[3] < fits[2] < 61
 
 
-def _newest_run_commands() -> list[tuple[dict[str, str], list[str]]]:
+def _newest_run_commands() -> list[dict[str, str]]:
     """Each `tools/h200_session.sh` command of bench/RESULTS-archive.md's newest "### Run" section (the run's own and
-    the next leases' it plans): (the variables it sets before E2E_ARGS, its E2E_ARGS split as the shell splits them)."""
+    the next leases' it plans): the variables it sets, as the shell reads them."""
     archive = (ROOT / "bench" / "RESULTS-archive.md").read_text()
     section = archive[archive.rindex("\n### Run "):]
     section = re.sub(r"\\\n\s*", " ", section.split("\n## ", 1)[0])  # the shell's line continuations joined
-    command = r'((?:[A-Z_0-9]+=(?:"[^"]*"|\S+) +)*)E2E_ARGS="([^"]*)"[^\n]*h200_session[.]sh'
-    return [(dict(v.split("=", 1) for v in shlex.split(env)), shlex.split(args))
-            for env, args in re.findall(command, section)]
+    command = r'((?:[A-Z_0-9]+=(?:"[^"]*"|\S+) +)+)(?:setsid +)?tools/h200_session[.]sh'
+    return [dict(v.split("=", 1) for v in shlex.split(env)) for env in re.findall(command, section)]
 
 
 def test_the_newest_runs_lease_commands_would_start_on_an_h200(tmp_path, monkeypatch):
-    """A lease is half an hour of a scarce machine: every engine bench the archive's newest run section gives to run
-    next passes the checks the bench makes before it starts anything (its flags, its arms for its models, the peers'
-    runtimes as the session script passes them, the candidates' folder) and its servers, started together, fit an
-    H200's free memory (139.1 GiB, run 20's log)."""
+    """A lease is half an hour of a scarce machine: every command the archive's newest run section gives to run next
+    has an engine bench or says it has none (ENGINE=0); each engine bench passes the checks the bench makes before
+    it starts anything (its flags, its arms for its models, the peers' runtimes as the session script passes them,
+    the candidates' folder) and its servers, started together, fit an H200's free memory (139.1 GiB, run 20's log);
+    the kernel benches' flags (GEMM_ARGS, SMALL_M_CANDIDATES) pass their parsers."""
+    from bench import decode_gemm_bench, small_m_configs
+
     monkeypatch.chdir(ROOT)  # the session script runs them in the repository's root: their paths are relative to it
     commands = _newest_run_commands()
-    assert len(commands) >= 3, commands  # run 26's own, and the Coder-against-a-peer and DeepSeek-V3 leases
+    engine = [env for env in commands if env.get("ENGINE", "1") != "0"]
+    assert len(engine) >= 3, commands  # run 26's own, and the Coder-against-a-peer and DeepSeek-V3 leases
     python = tmp_path / "python"
     python.write_text("#!/bin/sh\n")
     python.chmod(0o755)
-    for env, args in commands:
-        peer_args = [a for peer in env.get("PEERS", "").split() for a in (f"--{peer}-python", str(python))]
-        # SMALL_M_CANDIDATES: the script adds the folder of the candidate files it makes from this lease's decode
-        # GEMM bench (a folder of config files), over the folder --base names
-        candidates = []
-        if "SMALL_M_CANDIDATES" in env:
-            flags = shlex.split(env["SMALL_M_CANDIDATES"])
+    for env in commands:
+        assert "GEMM_ARGS" not in env or env.get("GEMMS", "1") != "0", env  # GEMMS=0 would leave them unused
+        decode_gemm_bench.parse_args(["--out", "-", *shlex.split(env.get("GEMM_ARGS", ""))])
+        if "SMALL_M_CANDIDATES" in env:  # made from this lease's decode GEMM bench, before the engine bench
             assert env.get("GEMMS") == "first", env
-            assert "--base" not in flags or Path(flags[flags.index("--base") + 1]).is_dir(), env
-            candidates = ["--candidate-configs", "configs"]
+            small_m_configs.parse_args(["--from", "-", "--out", "-", *shlex.split(env["SMALL_M_CANDIDATES"])])
+    for env in engine:
+        assert "E2E_ARGS" in env, env  # the script refuses `all` without them (bench.e2e would make every model)
+        peer_args = [a for peer in env.get("PEERS", "").split() for a in (f"--{peer}-python", str(python))]
+        # SMALL_M_CANDIDATES: the script adds the folder of the candidate files it makes (a folder of config files)
+        candidates = ["--candidate-configs", "configs"] if "SMALL_M_CANDIDATES" in env else []
+        args = shlex.split(env["E2E_ARGS"])
         cfg = Config.from_args(cli.parser().parse_args(
             ["--stock-site", "-", "--models-dir", "-", "--out", "-", *peer_args, *args, *candidates]))
         deep = cli.models_at_depth(cfg)
