@@ -3,7 +3,8 @@
 vLLM looks a fused-MoE config up by the GPU's name, `E=..,N=..,device_name=<GPU>,dtype=...json`, in the tuned folder
 first, then in its own configs/; with neither it runs its default config. Patch 0010 finds a block-FP8 linear layer's
 small-M file, `N=..,K=..,device_name=<GPU>,...,small_m.json`, the same way in the tuned folder; without one CUTLASS
-runs. The image's files were tuned on an H200, so by name no other GPU reads them. An H100 80GB HBM3 is the same chip
+runs. The image's files were tuned on an H200 (but for the H100's own small-M files of the 235B EP8 rank's attention
+GEMMs, run 42), so by name no other GPU reads them. An H100 80GB HBM3 is the same chip
 (GH100: 132 multiprocessors, 50 MB of L2, the same shared memory a multiprocessor) with less memory bandwidth. On it
 the H200's fused-MoE entries took 0.85-1.00x the time of vLLM's default at 1-512 tokens on the 235B and Coder
 block-FP8 EP8 ranks, and patch 0011's matrix-vector entries 0.78-0.95x of vLLM's kernel (bench/RESULTS-archive.md,

@@ -3,7 +3,9 @@ runs 17 (the 235B EP8 rank's shapes) and 18 (the Coder EP8 rank's, and DeepSeek-
 the engine bench gated: the 235B's up to 32 tokens (runs 17 and 31), the Coder's up to 8 (run 23) with its one-token
 GEMV entries from kernel probe 24b (bench/dense_gemv_probe.py --candidates-from, gated in run 26), and DeepSeek-V3's
 o_proj at TP8 attention as run 18's lease wrote it (gated in run 27; the shard's qkv stands in for MLA, so its file does
-not ship); and it gives the split-K kernel only the token counts where it beat CUTLASS in every repetition."""
+not ship); the H100's own files for the 235B's shapes, the H200's entries with run 42's at 48-128 tokens over them
+(its lease's decode GEMM bench on an H100, `--base` the H200 files, gated in the same run); and it gives the split-K
+kernel only the token counts where it beat CUTLASS in every repetition."""
 from __future__ import annotations
 
 import json
@@ -16,6 +18,8 @@ from bench import small_m_configs
 ROOT = Path(__file__).resolve().parents[1]
 RUN_17 = ROOT / "bench" / "data" / "h200_block_17" / "decode" / "decode_gemm.json"
 RUN_18 = ROOT / "bench" / "data" / "h200_block_18"
+RUN_42 = ROOT / "bench" / "data" / "h100_block_42"
+H100 = "NVIDIA_H100_80GB_HBM3"
 
 
 def make(source: Path, out: Path, *args: str) -> list[str]:
@@ -25,19 +29,27 @@ def make(source: Path, out: Path, *args: str) -> list[str]:
     return sorted(Path(line).name for line in r.stdout.split())
 
 
-# configs/' small-M files: the decode GEMM bench each came from, its flags, the shapes taken from it, and the dense
-# GEMV probe's shapes whose GEMV entries were then laid over them (bench/dense_gemv_probe.py --candidates-from)
+# configs/' small-M files: the decode GEMM bench each came from, its flags, the shapes taken from it, the dense GEMV
+# probe's shapes whose GEMV entries were then laid over them (bench/dense_gemv_probe.py --candidates-from), and the
+# GPU the bench ran on (the files' device). BASE: `--base`, the H200's files as configs/ held them before run 42.
 GEMV_PROBES = sorted((ROOT / "bench" / "data" / "h200_dense_gemv_probe").glob("probe_24b_*.json"))
-SHIPPED = ((RUN_17, (), ((1280, 4096), (4096, 1024)), ()),
+BASE = "{base}"
+SHIPPED = ((RUN_17, (), ((1280, 4096), (4096, 1024)), (), "NVIDIA_H200"),
            (RUN_18 / "decode" / "decode_gemm.json", ("--max-tokens", "8", "--fused-input-quant", "6144x12288"),
-            ((14336, 6144), (6144, 12288)), ("coder-qkv", "coder-o-proj")),
-           (RUN_18 / "decode" / "decode_gemm.json", ("--fused-input-quant", "7168x2048"), ((7168, 2048),), ()))
+            ((14336, 6144), (6144, 12288)), ("coder-qkv", "coder-o-proj"), "NVIDIA_H200"),
+           (RUN_18 / "decode" / "decode_gemm.json", ("--fused-input-quant", "7168x2048"), ((7168, 2048),), (),
+            "NVIDIA_H200"),
+           (RUN_42 / "decode" / "decode_gemm.json", ("--base", BASE), ((1280, 4096), (4096, 1024)), (), H100))
 
 
-def test_shipped_files_reproduce_from_runs_17_and_18_and_kernel_probe_24b(tmp_path):
+def test_shipped_files_reproduce_from_runs_17_18_and_42_and_kernel_probe_24b(tmp_path):
+    base = tmp_path / "base"
+    base.mkdir()
+    for f in (ROOT / "configs").glob("*device_name=NVIDIA_H200,*small_m.json"):
+        (base / f.name).write_bytes(f.read_bytes())
     expected = []
-    for i, (source, flags, shapes, gemv_shapes) in enumerate(SHIPPED):
-        made = make(source, tmp_path / str(i), *flags)
+    for i, (source, flags, shapes, gemv_shapes, device) in enumerate(SHIPPED):
+        made = make(source, tmp_path / str(i), *(str(base) if f == BASE else f for f in flags))
         if gemv_shapes:
             folder = str(tmp_path / str(i))
             r = subprocess.run([sys.executable, "-m", "bench.dense_gemv_probe", "--shapes", *gemv_shapes,
@@ -46,7 +58,7 @@ def test_shipped_files_reproduce_from_runs_17_and_18_and_kernel_probe_24b(tmp_pa
             assert r.returncode == 0, r.stderr
             assert len(r.stdout.split()) == len(gemv_shapes)
         for n, k in shapes:
-            name = small_m_configs.file_name(n, k)
+            name = small_m_configs.file_name(n, k, device)
             assert name in made, (source, name)
             assert (tmp_path / str(i) / name).read_bytes() == (ROOT / "configs" / name).read_bytes(), name
             expected.append(name)
@@ -63,6 +75,25 @@ def test_run_18s_candidate_files_are_what_its_lease_made_from_its_decode_bench(t
         assert (tmp_path / name).read_bytes() == (RUN_18 / "small_m_candidates" / name).read_bytes(), name
     coder_o_proj = json.loads((tmp_path / small_m_configs.file_name(6144, 12288)).read_text())
     assert coder_o_proj["fused_input_quant"] is True and coder_o_proj["1"] is None and coder_o_proj["8"]
+
+
+def test_the_h100s_235b_files_are_run_42s_candidates_the_h200s_entries_below_48_tokens():
+    """What run 42's lease wrote on the H100 (SMALL_M_CANDIDATES="--base configs") ships as it ran in the engine: below
+    48 tokens the H200's entries, which the H100 read before as the same chip's, and from 48 to 128 tokens the split-K
+    kernel's 64-row tiles, each faster than CUTLASS in every repetition of that bench."""
+    bench = json.loads((RUN_42 / "decode" / "decode_gemm.json").read_text())
+    assert bench["device"] == "NVIDIA H100 80GB HBM3"
+    for n, k in ((1280, 4096), (4096, 1024)):
+        name = small_m_configs.file_name(n, k, H100)
+        shipped = json.loads((ROOT / "configs" / name).read_text())
+        assert (RUN_42 / "candidates" / name).read_bytes() == (ROOT / "configs" / name).read_bytes(), name
+        h200 = json.loads((ROOT / "configs" / small_m_configs.file_name(n, k)).read_text())
+        assert {m: shipped[m] for m in ("1", "8", "32")} == {m: h200.get(m) for m in ("1", "8", "32")}, name
+        for m in (48, 64, 96, 128):
+            assert shipped[str(m)]["BLOCK_SIZE_M"] == 64, (name, m)
+            case = bench["cases"][next(c for c, v in bench["cases"].items()
+                                       if c.startswith("dense ") and (v["n"], v["k"], v["m"]) == (n, k, m))]
+            assert max(case["ratio"]["triton split-K"]) < 1.0, (name, m)
 
 
 def test_from_a_decode_gemm_bench_only_the_wins_are_kept(tmp_path):
@@ -124,7 +155,10 @@ def test_a_bench_of_larger_token_counts_adds_to_the_shipped_entries_with_base(tm
         "dense qkv M=128": case(1280, 4096, 128, [1.1, 1.05, 1.2]),  # CUTLASS: trailing, left out
         "dense o_proj M=64": case(4096, 1024, 64, [1.1, 1.05, 1.2]),  # never won: no file
         "dense coder o_proj M=64": case(6144, 12288, 64, [0.9, 0.85, 0.95])}}))
-    configs = ROOT / "configs"
+    configs = tmp_path / "h200"  # the H200's files alone: the H100 has none of its own there
+    configs.mkdir()
+    for f in (ROOT / "configs").glob("*device_name=NVIDIA_H200,*small_m.json"):
+        (configs / f.name).write_bytes(f.read_bytes())
     made = make(bench_json, tmp_path / "out", "--base", str(configs))
     device = "NVIDIA H100 80GB HBM3"
     assert made == sorted(small_m_configs.file_name(n, k, device) for n, k in ((1280, 4096), (6144, 12288)))
@@ -134,6 +168,11 @@ def test_a_bench_of_larger_token_counts_adds_to_the_shipped_entries_with_base(tm
         assert body == {**shipped, "64": tall}, (n, k)
         assert [int(m) for m in body if m.isdigit()] == sorted(int(m) for m in body if m.isdigit())
     assert "GEMV" in body["1"] and body["fused_input_quant"] is True  # the Coder's o_proj as shipped, plus 64 tokens
+    # where the base holds the device's own file (configs/ the H100's 235B files), that file is the base
+    own = small_m_configs.file_name(1280, 4096, device)
+    make(bench_json, tmp_path / "own", "--base", str(ROOT / "configs"))
+    shipped = json.loads((ROOT / "configs" / own).read_text())
+    assert json.loads((tmp_path / "own" / own).read_text()) == {**shipped, "64": tall}
     r = subprocess.run([sys.executable, "-m", "bench.small_m_configs", "--from", str(bench_json), "--out",
                         str(tmp_path / "none"), "--base", str(tmp_path / "missing")],
                        cwd=ROOT, capture_output=True, text=True, timeout=120)

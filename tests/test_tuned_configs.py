@@ -1,5 +1,5 @@
-"""The tuned-configs folder the launcher hands vLLM: the image's H200 files read by an H100 80GB HBM3 where vLLM holds
-none of its own (serving/tuned_configs.py)."""
+"""The tuned-configs folder the launcher hands vLLM: the image's H200 files read by an H100 80GB HBM3 where neither
+configs/ nor vLLM holds one of its own (serving/tuned_configs.py)."""
 from __future__ import annotations
 
 import json
@@ -23,15 +23,19 @@ def _plan(monkeypatch, tmp_path, device: str | None, **env: str) -> launcher.Pla
 
 def test_an_h100_reads_the_h200_files_vllm_has_none_of(gpu_build, monkeypatch, tmp_path):
     # On an H100 80GB HBM3 the engine reads a folder under the cache directory: every file of configs/ and each
-    # H200 fused-MoE and small-M file again under the H100's name (vLLM has no FP8 file of its own for these
-    # shapes there), each the same entries as the H200's; the start log says so.
+    # H200 fused-MoE and small-M file again under the H100's name where configs/ holds none of the H100's own (its
+    # 235B small-M files, run 42) and vLLM has no FP8 file of its own for the shape, each the same entries as the
+    # H200's; the start log says so.
     p = _plan(monkeypatch, tmp_path, H100)
     folder = tmp_path / tuned_configs.FOLDER / H100
     assert p.env["VLLM_TUNED_CONFIG_FOLDER"] == str(folder)
-    moe = [f.name for f in CONFIGS_DIR.glob("E=*device_name=NVIDIA_H200,*.json")]
-    small_m = [f.name for f in CONFIGS_DIR.glob("N=*device_name=NVIDIA_H200,*small_m.json")]
+    own = {f.name for f in CONFIGS_DIR.glob(f"N=*device_name={H100},*small_m.json")}
+    assert len(own) == 2
+    moe = [f.name.replace("NVIDIA_H200", H100) for f in CONFIGS_DIR.glob("E=*device_name=NVIDIA_H200,*.json")]
+    small_m = [name for f in CONFIGS_DIR.glob("N=*device_name=NVIDIA_H200,*small_m.json")
+               if (name := f.name.replace("NVIDIA_H200", H100)) not in own]
     assert moe and small_m
-    assert sorted(p.configs_layout.borrowed) == sorted(n.replace("NVIDIA_H200", H100) for n in moe + small_m)
+    assert sorted(p.configs_layout.borrowed) == sorted(moe + small_m)
     assert any(line.startswith(f"tuned configs: the {H100} reads {len(moe)} fused-MoE and {len(small_m)} small-M "
                                "file(s) of the NVIDIA_H200") for line in launcher.report(p))
     tuned_configs.make(p.configs_layout)
@@ -39,11 +43,16 @@ def test_an_h100_reads_the_h200_files_vllm_has_none_of(gpu_build, monkeypatch, t
         [f.name for f in CONFIGS_DIR.iterdir() if f.is_file()] + list(p.configs_layout.borrowed))
     ours = folder / config_file_name(*SHAPE, device_name=H100)
     assert json.loads(ours.read_text()) == json.loads((CONFIGS_DIR / config_file_name(*SHAPE)).read_text())
-    # the small-M files as run 35b served them on an H100 (bench/data/h100_block_34/small_m_h100, laid over configs/)
+    # the small-M files as run 35b served them on an H100 (bench/data/h100_block_34/small_m_h100, laid over configs/):
+    # borrowed as they were, or the H100's own file with the same entries up to 32 tokens
     served = CONFIGS_DIR.parent / "bench" / "data" / "h100_block_34" / "small_m_h100"
-    assert sorted(f.name for f in served.iterdir()) == sorted(n for n in p.configs_layout.borrowed if "small_m" in n)
+    assert sorted(f.name for f in served.iterdir()) == sorted(small_m + list(own))
     for f in served.iterdir():
-        assert (folder / f.name).read_bytes() == f.read_bytes()
+        if f.name in own:
+            before, now = json.loads(f.read_text()), json.loads((folder / f.name).read_text())
+            assert before == {m: now[m] for m in before}, f.name
+        else:
+            assert (folder / f.name).read_bytes() == f.read_bytes()
 
 
 def test_a_gpu_keeps_a_file_of_its_own(tmp_path):
@@ -82,7 +91,8 @@ def test_a_configs_device_without_files_stops_the_start(monkeypatch, tmp_path):
     with pytest.raises(resolve.ConfigError) as e:
         _plan(monkeypatch, tmp_path, H100, OPTION_CONFIGS_DEVICE="NVIDIA_A100")
     assert str(e.value).startswith("configs_device from env OPTION_CONFIGS_DEVICE: ")
-    assert "holds no tuned file of the NVIDIA_A100 (its files are the NVIDIA_H200's)" in str(e.value)
+    assert ("holds no tuned file of the NVIDIA_A100 (its files are the NVIDIA_H100_80GB_HBM3, NVIDIA_H200's)"
+            in str(e.value))
     with pytest.raises(resolve.ConfigError, match="is not a GPU's name as config file names spell it"):
         _plan(monkeypatch, tmp_path, H100, OPTION_CONFIGS_DEVICE="../H200")
 
