@@ -1399,6 +1399,10 @@ def test_servers_the_gpu_cannot_hold_together_are_refused_with_the_layers_that_f
     assert fits[3] < fits[2] < 61
 
 
+# tools/h200_session.sh's results folder on the lease (RES)
+SESSION_RESULTS = re.search(r"^RES=\$\{RES:-(\S+)\}$", (ROOT / "tools" / "h200_session.sh").read_text(), re.M)[1]
+
+
 def _newest_run_commands() -> list[dict[str, str]]:
     """Each `tools/h200_session.sh` command of bench/RESULTS-archive.md's newest "### Run" section (the run's own and
     the next leases' it plans): the variables it sets, as the shell reads them."""
@@ -1435,7 +1439,8 @@ def test_the_newest_runs_lease_commands_would_start_on_an_h200(tmp_path, monkeyp
         peer_args = [a for peer in env.get("PEERS", "").split() for a in (f"--{peer}-python", str(python))]
         # SMALL_M_CANDIDATES: the script adds the folder of the candidate files it makes (a folder of config files)
         candidates = ["--candidate-configs", "configs"] if "SMALL_M_CANDIDATES" in env else []
-        args = shlex.split(env["E2E_ARGS"])
+        # a later `e2e` of the same lease names the candidates folder its `all` made (the session's results folder)
+        args = ["configs" if a == f"{SESSION_RESULTS}/candidates" else a for a in shlex.split(env["E2E_ARGS"])]
         cfg = Config.from_args(cli.parser().parse_args(
             ["--stock-site", "-", "--models-dir", "-", "--out", "-", *peer_args, *args, *candidates]))
         deep = cli.models_at_depth(cfg)
