@@ -448,6 +448,47 @@ def test_the_h100_per_tensor_figures_against_sglang_at_128_clients_are_the_recor
     assert "no fused-MoE file for this rank on an H100" in readme
 
 
+def test_the_h100s_small_m_files_up_to_128_tokens_are_the_recorded_run_42():
+    """Run 42 on an H100: the decode GEMM bench's split-K times at 128 tokens over CUTLASS's, the engine's 128-client
+    ratios (the candidates over the image, and over SGLang by both clients, with vLLM's client's TTFT and ITL p50 and
+    the first token's share of a round's gap), each where the archive, the goals row, the headline, the index row and
+    README give it; the start against SGLang."""
+    model, arm = "qwen3-235b-ep8-block@94L", "image-candidates"
+    data = ROOT / "bench" / "data" / "h100_block_42"
+    readme = (ROOT / "README.md").read_text().replace("\n", " ")
+    section, goals = archived("42").replace("\n  ", " "), GOALS.replace("\n", " ")
+    bench = json.loads((data / "decode" / "decode_gemm.json").read_text())
+    for layer, (n, k) in (("qkv", (1280, 4096)), ("o_proj", (4096, 1024))):
+        case = next(c for c in bench["cases"].values() if c.get("n") == n and c.get("k") == k and c.get("m") == 128)
+        ratio = f"{statistics.median(case['ratio']['triton split-K']):.2f}x"
+        for where in (goals, readme, index_row_of("42"), section):
+            assert ratio in where or ratio.rstrip("x") in where, (layer, ratio)
+    own = json.loads((data / "image-vs-candidates" / "e2e.json").read_text())
+    ratios, _ = tok_s(own, model, "128", arm=arm, base="image")
+    m = f"{statistics.median(ratios):.3f}"
+    assert f"**{m}** ({ratios[0]:.3f}-{ratios[-1]:.3f})" in section and f"{m} ({ratios[0]:.3f}-{ratios[-1]:.3f})" in goals
+    assert f"{m}x" in readme and f"{m}x" in index_row_of("42")
+    res = json.loads((data / "e2e.json").read_text())
+    ratios, cross = tok_s(res, model, "128", arm=arm, base="sglang")
+    assert len(ratios) == 3 and len(cross) == 1
+    m, rng, cm = f"{statistics.median(ratios):.3f}", f"({ratios[0]:.3f}-{ratios[-1]:.3f})", f"{cross[0]:.3f}"
+    assert f"**{m}** {rng}" in section and f"**{m} {rng}**" in goals and f"{m}x\n{rng}" not in readme
+    assert f"{m}x {rng}" in readme and f"**{m}x** ({cm}x)" in HEADLINE and f"{m}x" in index_row_of("42")
+    assert f"**{cm}**" in section and f"**{cm}**" in goals and f"{cm}x" in readme and f"{cm}x" in index_row_of("42")
+    lat = {a: res["models"][model]["cross_check"][a][0]["latency"]["128"] for a in (arm, "sglang")}
+    ttft = f"TTFT p50 {lat[arm]['ttft_p50_ms']:.1f} against {lat['sglang']['ttft_p50_ms']:.1f} ms"
+    itl = f"ITL p50 {lat[arm]['itl_p50_ms']:.2f} against {lat['sglang']['itl_p50_ms']:.2f} ms"
+    for where in (goals, readme, index_row_of("42")):
+        assert ttft in where and itl in where
+    rounds = {a: lat[a]["ttft_p50_ms"] + 127 * lat[a]["itl_p50_ms"] for a in lat}
+    gap = rounds[arm] - rounds["sglang"]
+    assert 0.85 < (lat[arm]["ttft_p50_ms"] - lat["sglang"]["ttft_p50_ms"]) / gap < 0.95  # "nine tenths"
+    assert f"the {gap:.0f} ms gap" in section and f"a round's {gap:.0f} ms gap" in goals
+    ready = {a: res["servers"][f"{model}.{a}"] for a in (arm, "sglang")}
+    assert (f"ready after {ready[arm]['ready_s']:.1f} against {ready['sglang']['ready_s']:.1f} s, first request "
+            f"{ready[arm]['first_ttft_ms']:.1f} against {ready['sglang']['first_ttft_ms']:.1f} ms") in goals
+
+
 def test_the_235b_ep8_gemv_and_vllm_034_figures_are_the_recorded_run_20():
     """The headline's 235B EP8 figures with patch 0011's entries (image-candidates/stock) and its stock vLLM 0.34
     figures (image/vllm-latest), from both clients, are run 20's."""
@@ -591,9 +632,9 @@ def test_index_names_every_run_of_the_archive_and_its_data():
 
 
 def test_every_stored_e2e_md_is_todays_report_of_the_json_beside_it():
-    """bench/data's e2e*.md files are views: each is bench.e2e.report.summarize of the e2e*.json beside it, so a
+    """bench/data's e2e*.md files, at any depth, are views: each is bench.e2e.report.summarize of the e2e*.json beside it, so a
     figure quoted from one is the figure the report prints today."""
-    pairs = sorted((ROOT / "bench" / "data").glob("*/e2e*.json"))
+    pairs = sorted((ROOT / "bench" / "data").glob("**/e2e*.json"))
     assert len(pairs) >= 20
     for path in pairs:
         md = path.with_suffix(".md")
