@@ -632,8 +632,8 @@ def test_index_names_every_run_of_the_archive_and_its_data():
 
 
 def test_every_stored_e2e_md_is_todays_report_of_the_json_beside_it():
-    """bench/data's e2e*.md files, at any depth, are views: each is bench.e2e.report.summarize of the e2e*.json beside it, so a
-    figure quoted from one is the figure the report prints today."""
+    """bench/data's e2e*.md files, at any depth, are views: each is bench.e2e.report.summarize of the e2e*.json beside
+    it, so a figure quoted from one is the figure the report prints today."""
     pairs = sorted((ROOT / "bench" / "data").glob("**/e2e*.json"))
     assert len(pairs) >= 20
     for path in pairs:
