@@ -17,4 +17,7 @@ Kernels in the image's Python (vLLM imported, the series applied), on an H200:
 
 HTTP against the launcher's server, on any machine (loopback):
 - load (many clients, every answer checked), lmi_vs_openai (one workload through LMI and OpenAI bodies).
+
+In-process, on any machine:
+- middleware_overhead (the container's ASGI middleware against the bare app, a burst of streamed requests).
 """
