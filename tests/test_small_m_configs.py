@@ -22,6 +22,14 @@ RUN_42 = ROOT / "bench" / "data" / "h100_block_42"
 H100 = "NVIDIA_H100_80GB_HBM3"
 
 
+def h200_files(folder: Path) -> Path:
+    """`folder` holding configs/' H200 small-M files alone (configs/ before the H100 had files of its own)."""
+    folder.mkdir()
+    for f in (ROOT / "configs").glob("*device_name=NVIDIA_H200,*small_m.json"):
+        (folder / f.name).write_bytes(f.read_bytes())
+    return folder
+
+
 def make(source: Path, out: Path, *args: str) -> list[str]:
     r = subprocess.run([sys.executable, "-m", "bench.small_m_configs", "--from", str(source), "--out", str(out), *args],
                        cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -43,10 +51,7 @@ SHIPPED = ((RUN_17, (), ((1280, 4096), (4096, 1024)), (), "NVIDIA_H200"),
 
 
 def test_shipped_files_reproduce_from_runs_17_18_and_42_and_kernel_probe_24b(tmp_path):
-    base = tmp_path / "base"
-    base.mkdir()
-    for f in (ROOT / "configs").glob("*device_name=NVIDIA_H200,*small_m.json"):
-        (base / f.name).write_bytes(f.read_bytes())
+    base = h200_files(tmp_path / "base")
     expected = []
     for i, (source, flags, shapes, gemv_shapes, device) in enumerate(SHIPPED):
         made = make(source, tmp_path / str(i), *(str(base) if f == BASE else f for f in flags))
@@ -91,8 +96,8 @@ def test_the_h100s_235b_files_are_run_42s_candidates_the_h200s_entries_below_48_
         assert {m: shipped[m] for m in ("1", "8", "32")} == {m: h200.get(m) for m in ("1", "8", "32")}, name
         for m in (48, 64, 96, 128):
             assert shipped[str(m)]["BLOCK_SIZE_M"] == 64, (name, m)
-            case = bench["cases"][next(c for c, v in bench["cases"].items()
-                                       if c.startswith("dense ") and (v["n"], v["k"], v["m"]) == (n, k, m))]
+            case = next(c for name, c in bench["cases"].items()
+                        if name.startswith("dense ") and (c["n"], c["k"], c["m"]) == (n, k, m))
             assert max(case["ratio"]["triton split-K"]) < 1.0, (name, m)
 
 
@@ -155,10 +160,7 @@ def test_a_bench_of_larger_token_counts_adds_to_the_shipped_entries_with_base(tm
         "dense qkv M=128": case(1280, 4096, 128, [1.1, 1.05, 1.2]),  # CUTLASS: trailing, left out
         "dense o_proj M=64": case(4096, 1024, 64, [1.1, 1.05, 1.2]),  # never won: no file
         "dense coder o_proj M=64": case(6144, 12288, 64, [0.9, 0.85, 0.95])}}))
-    configs = tmp_path / "h200"  # the H200's files alone: the H100 has none of its own there
-    configs.mkdir()
-    for f in (ROOT / "configs").glob("*device_name=NVIDIA_H200,*small_m.json"):
-        (configs / f.name).write_bytes(f.read_bytes())
+    configs = h200_files(tmp_path / "h200")  # the H100 has none of its own there
     made = make(bench_json, tmp_path / "out", "--base", str(configs))
     device = "NVIDIA H100 80GB HBM3"
     assert made == sorted(small_m_configs.file_name(n, k, device) for n, k in ((1280, 4096), (6144, 12288)))
