@@ -549,6 +549,23 @@ def test_the_one_split_attention_arm_is_the_image_with_vllms_split_cap_at_one(tm
     assert argv[models.ATTN_ONE_SPLIT_ARM][:i] + argv[models.ATTN_ONE_SPLIT_ARM][i + 2:] == argv["image"]
 
 
+def test_the_api_servers_arm_is_the_image_with_four_api_server_processes(tmp_path):
+    """image-api-servers: the image's launcher passes --api-server-count through to vLLM, whose own parser reads 4
+    (unset in the image arm: one API server); every other flag, the middleware included, is the image arm's."""
+    from serving.vllm_args import _raising_parser
+
+    m = _model("qwen3-235b-ep8-block")
+    assert models.API_SERVERS_ARM in m.arms and models.API_SERVERS_ARM in models.MEASURED_ARMS
+    cfg = _bench_config(tmp_path)
+    argv = {arm: _image_launch_plan(servers.server_command(cfg, m, arm, tmp_path / "model", 8002)[1]).argv
+            for arm in ("image", models.API_SERVERS_ARM)}
+    parsed = {arm: _raising_parser().parse_args(a[4:]) for arm, a in argv.items()}  # after `PYTHON -m ... serve`
+    assert {arm: ns.api_server_count for arm, ns in parsed.items()} == {"image": None, models.API_SERVERS_ARM: 4}
+    i = argv[models.API_SERVERS_ARM].index("--api-server-count")
+    assert argv[models.API_SERVERS_ARM][:i] + argv[models.API_SERVERS_ARM][i + 2:] == argv["image"]
+    assert "--middleware" in argv[models.API_SERVERS_ARM]
+
+
 def test_the_piecewise_prompts_arm_is_the_image_with_vllms_cuda_graph_mode(tmp_path, gpu_build):
     """image-piecewise-prompts: vLLM's own parser reads the image arm's compilation config as cudagraph_mode FULL
     (option.cuda_graph_full_steps, the image's default) and the arm's as unset (vLLM's default FULL_AND_PIECEWISE),
