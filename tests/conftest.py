@@ -350,7 +350,7 @@ def _adapter_server(tmp: Path, nice: int) -> Server:
     mdir = made_by_child("adapter_model:adapter_model_dir", tmp / "model")
     return spawn_server(tmp, {"SERVING_MODEL_DIR": str(mdir), "OPTION_ENABLE_STATEFUL_SESSIONS": "true",
                               "OPTION_ENABLE_AUTO_TOOL_CHOICE": "true", "OPTION_TOOL_CALL_PARSER": "hermes",
-                              "SERVING_ENGINE_IN_PROCESS": "false", **EAGER},
+                              "SERVING_ENGINE_IN_PROCESS": "false", "OPTION_API_SERVER_COUNT": "2", **EAGER},
                         nice=nice)
 
 
@@ -360,7 +360,8 @@ def adapter_server(request) -> Server:
     on (OPTION_ENABLE_STATEFUL_SESSIONS, LMI's name) and a tool-call parser, as LMI's tool-calling test model
     is configured (option.enable_auto_tool_choice, option.tool_call_parser), with `vllm serve` exec'd in a fresh
     interpreter (engine_in_process=false; every other server runs vLLM's CLI in the launcher's process, the
-    default); shared by the session."""
+    default) and two API server processes (option.api_server_count 2, vLLM's flag; every other server runs one);
+    shared by the session."""
     srv = await_server(early(request, "adapter_server"), "adapter_server")
     yield srv
     stop(srv.proc)

@@ -133,6 +133,27 @@ def test_sticky_session_lifecycle(client):
     assert r.status_code == 424 and r.json()["field"] == SESSION_HEADER
 
 
+def test_a_session_is_known_to_every_api_server_process(adapter_server):
+    """The adapter server runs two API server processes; the kernel hands each new connection to either. A session
+    made on one connection serves on every other, and once closed it is gone from all of them (each connection
+    below is a new one; without the shared registry all 12 would have to land where the session was made: a chance
+    of 1 in 4,096)."""
+    assert "'api_server_count': 2" in adapter_server.log()
+
+    def once(body, sid=None):
+        return httpx.post(adapter_server.url + "/invocations", json=body, timeout=120,
+                          headers={SESSION_HEADER: sid} if sid else {})
+
+    sid = once({"requestType": "NEW_SESSION"}).json()["session_id"]
+    body = {"inputs": PROMPT, "parameters": {"max_new_tokens": 2}}
+    served = [once(body, sid) for _ in range(12)]
+    assert [r.status_code for r in served] == [200] * 12, [r.text for r in served if r.status_code != 200]
+    closed = once({"requestType": "CLOSE"}, sid)
+    assert closed.status_code == 200, closed.text
+    after = [once(body, sid) for _ in range(12)]
+    assert [(r.status_code, r.json()["field"]) for r in after] == [(424, SESSION_HEADER)] * 12
+
+
 def test_sessions_are_on_by_default(server):
     created = httpx.post(server.url + "/invocations", json={"requestType": "NEW_SESSION"}, timeout=60)
     assert created.status_code == 200, created.text

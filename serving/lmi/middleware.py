@@ -17,6 +17,8 @@ It sits in front of vLLM's own app and only touches `POST /invocations` (and the
   custom invocation handler registered through mhcs gets every body as sent instead;
 - a request head or body that goes silent for client_body_timeout gets 408 and its connection
   closed (client_timeouts.py); every HTTP request's body is bounded so, not only /invocations.
+SageMaker's sessions are read from their folder, so that every API server process (api_server_count) knows
+every session (sessions.py).
 On the lifespan it starts the engine watch that ends the process non-zero if the engine dies,
 and hooks the graceful drain on SIGTERM (drain.py), which sees every HTTP request.
 """
@@ -29,7 +31,7 @@ import os
 import re
 
 from ..settings import TABLE, engine_value
-from . import formatters, schema, stream, translate
+from . import formatters, schema, sessions, stream, translate
 from .client_timeouts import BodyTimeout, body_timeout_body, guard_request_heads, receive_within
 from .drain import Drain
 from .engine_watch import EngineWatch
@@ -69,6 +71,7 @@ class LMIMiddleware:
         self.watch: EngineWatch | None = None
         self.drain = Drain()
         self.formatters = formatters.load()
+        sessions.share_process_sessions()
 
     async def __call__(self, scope, receive, send):
         kind = scope["type"]
