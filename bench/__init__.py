@@ -16,7 +16,8 @@ Kernels in the image's Python (vLLM imported, the series applied), on an H200:
   small_m_configs writes its files); cuda_graph_timing times their calls, and the inductor probe's, in CUDA graphs.
 
 HTTP against the launcher's server, on any machine (loopback):
-- load (many clients, every answer checked), lmi_vs_openai (one workload through LMI and OpenAI bodies).
+- load (many clients, every answer checked), lmi_vs_openai (one workload through LMI and OpenAI bodies),
+  api_server_cpu (the API server processes' CPU time per streamed request of a burst, on the CPU engine).
 
 In-process, on any machine:
 - middleware_overhead (the container's ASGI middleware against the bare app, a burst of streamed requests).

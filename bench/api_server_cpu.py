@@ -1,0 +1,129 @@
+"""The CPU time vLLM's API server spends on each request of a burst of streamed completions: the container's
+launcher serving the embedded tiny model on the CPU engine, with one or more API server processes.
+
+    .venv/bin/python -m bench.api_server_cpu [--api-servers 1] [--requests 128] [--tokens 1 32] [--bursts 4]
+                                             [--json FILE]
+
+Each burst sends --requests streamed /v1/completions at once (fresh 128-character text prompts, which the API server
+tokenizes; greedy, ignore_eos, max_tokens each of --tokens) after one unmeasured burst. The figure is the CPU time
+(user + system) of the processes that listen on the server's port, read from /proc before and after: the API server
+processes, and with more than one the idle process that made their socket. Prints the CPU milliseconds one request
+costs them at each --tokens and one more streamed token's cost. One API server process does this work for every
+request in turn, so in a burst of R requests the last reaches the engine about R times the first figure after the
+first. The engine shares this machine's cores, so the figures are its Python and CPU, not a GPU host's.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import string
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+import psutil
+
+from bench.e2e.workload import request_json
+from tools.launcher_process import start_launcher, stop
+
+PROMPT_CHARS = 128
+
+
+def listening(pid: int, port: int) -> list[psutil.Process]:
+    """The process `pid` and its descendants that listen on `port`."""
+    root = psutil.Process(pid)
+    out = []
+    for p in (root, *root.children(recursive=True)):
+        try:
+            if any(c.status == psutil.CONN_LISTEN and c.laddr.port == port for c in p.net_connections("tcp")):
+                out.append(p)
+        except psutil.NoSuchProcess:
+            continue
+    return out
+
+
+def cpu_seconds(procs: list[psutil.Process]) -> float:
+    return sum(t.user + t.system for t in (p.cpu_times() for p in procs))
+
+
+async def burst(url: str, model: str, n: int, tokens: int, rnd: random.Random) -> int:
+    """n streamed completions at once; the tokens their streams' usage records count in all (an event may carry
+    more than one token when the API server falls behind)."""
+    async def one(session, prompt):
+        body = {"model": model, "prompt": prompt, "max_tokens": tokens, "stream": True, "ignore_eos": True,
+                "temperature": 0, "stream_options": {"include_usage": True}}
+        got = 0
+        async with session.post(url + "/v1/completions", json=body) as r:
+            if r.status != 200:
+                raise RuntimeError(f"/v1/completions -> {r.status}: {(await r.text())[:300]}")
+            async for line in r.content:
+                if line.startswith(b"data: {") and b'"usage"' in line:
+                    got = (json.loads(line[6:]).get("usage") or {}).get("completion_tokens") or got
+        return got
+
+    prompts = ["".join(rnd.choices(string.ascii_letters + string.digits, k=PROMPT_CHARS)) for _ in range(n)]
+    timeout = aiohttp.ClientTimeout(total=600)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=timeout) as session:
+        return sum(await asyncio.gather(*(one(session, p) for p in prompts)))
+
+
+def measure(api_servers: int, requests: int, tokens: list[int], bursts: int) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        srv = start_launcher(Path(tmp), {"OPTION_API_SERVER_COUNT": str(api_servers)})
+        try:
+            port = int(srv.url.rsplit(":", 1)[1])
+            model_id = request_json(f"127.0.0.1:{port}", "GET", "/v1/models")["data"][0]["id"]
+            procs = listening(srv.proc.pid, port)
+            rnd = random.Random(0)
+            asyncio.run(burst(srv.url, model_id, requests, max(tokens), rnd))  # unmeasured: first-use costs
+            per_request = {}
+            for t in tokens:
+                before, start = cpu_seconds(procs), time.monotonic()
+                got = sum(asyncio.run(burst(srv.url, model_id, requests, t, rnd)) for _ in range(bursts))
+                cpu, wall = cpu_seconds(procs) - before, time.monotonic() - start
+                if got != bursts * requests * t:
+                    raise RuntimeError(f"the streams counted {got} tokens, not {bursts * requests * t}")
+                per_request[t] = {"cpu_ms": cpu * 1e3 / (bursts * requests), "wall_s": wall}
+        finally:
+            stop(srv.proc)
+    low, high = min(tokens), max(tokens)
+    extra = ((per_request[high]["cpu_ms"] - per_request[low]["cpu_ms"]) / (high - low)) if high > low else None
+    return {"api_servers": api_servers, "processes": len(procs), "requests": requests, "bursts": bursts,
+            "per_request": per_request, "cpu_ms_per_extra_token": extra}
+
+
+def report(res: dict) -> str:
+    lines = [f"{res['api_servers']} API server process(es) ({res['processes']} listening), {res['bursts']} bursts "
+             f"of {res['requests']} streamed requests:"]
+    for t, r in res["per_request"].items():
+        lines.append(f"  max_tokens {t}: {r['cpu_ms']:.3f} CPU ms a request ({r['wall_s']:.1f} s wall)")
+    if res["cpu_ms_per_extra_token"] is not None:
+        lines.append(f"  one more streamed token: {res['cpu_ms_per_extra_token']:.4f} CPU ms a request")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.api_server_cpu", description=__doc__.split("\n\n")[0])
+    p.add_argument("--api-servers", type=int, default=1)
+    p.add_argument("--requests", type=int, default=128)
+    p.add_argument("--tokens", type=int, nargs="+", default=[1, 32])
+    p.add_argument("--bursts", type=int, default=4)
+    p.add_argument("--json", type=Path)
+    a = p.parse_args(argv)
+    for name in ("api_servers", "requests", "bursts"):
+        if getattr(a, name) < 1:
+            p.error(f"--{name.replace('_', '-')}: 1 or more, not {getattr(a, name)}")
+    if min(a.tokens) < 1:
+        p.error(f"--tokens: each 1 or more, not {min(a.tokens)}")
+    res = measure(a.api_servers, a.requests, sorted(set(a.tokens)), a.bursts)
+    print(report(res))
+    if a.json:
+        a.json.write_text(json.dumps(res, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
