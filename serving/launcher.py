@@ -45,10 +45,11 @@ CPU_NORM_QUANT = resolve.ContextDefault("norm_quant", "vllm", "CPU build: no FP8
 # vLLM's CPU platform spawns its engine processes whatever VLLM_WORKER_MULTIPROC_METHOD says.
 CPU_SPAWN = resolve.ContextDefault("worker_multiproc_method", "spawn", "CPU build: vLLM's CPU platform spawns")
 TINY_MODEL_DEFAULTS = {"max_model_len": "2048"}
-# `vllm serve` starts one API server process per data-parallel rank unless told otherwise; the container
-# runs one, in the process that becomes the engine, where the middleware (drain, sessions) lives.
+# `vllm serve` starts one API server process per data-parallel rank unless told otherwise; the container runs one,
+# as without data parallelism. A count the user sets is kept: the middleware runs in each API server process, and
+# SageMaker's sessions are shared by them (serving/lmi/sessions.py).
 ONE_API_SERVER = resolve.ContextDefault("api_server_count", "1", "data parallelism: one API server process, "
-                                        "where the middleware runs")
+                                        "as without it")
 
 
 @dataclass

@@ -260,7 +260,7 @@ def test_engine_command_shape(va, model_dir):
 ])
 def test_data_parallelism_keeps_one_api_server(va, model_dir, env, count):
     """`vllm serve` starts an API server process per data-parallel rank unless told otherwise; the launcher keeps
-    the one the middleware runs in (as the api_server module did), unless the user chose a count or headless."""
+    one (as the api_server module did, and as without data parallelism), unless the user chose a count or headless."""
     p = plan(va, model_dir, env)
     assert argv_value(p, "--api-server-count") == count
     if count == "1":
