@@ -528,42 +528,40 @@ def test_each_image_arm_switches_one_setting_of_the_table_and_no_arm_inherits_a_
             assert {key: getattr(plan.settings, key) for key in switched} == image | own, arm  # theirs, not "1"
 
 
+def _one_flag_arm(tmp_path, model: str, arm: str, flag: str) -> dict:
+    """vLLM's own parser's reading of the image arm's and `arm`'s `vllm serve` flags ({arm: namespace}), after
+    checking that `arm` is a measured arm of `model` whose flags are the image arm's and `flag` with its value."""
+    from serving.vllm_args import _raising_parser
+
+    m = _model(model)
+    assert arm in m.arms and arm in models.MEASURED_ARMS
+    cfg = _bench_config(tmp_path)
+    argv = {a: _image_launch_plan(servers.server_command(cfg, m, a, tmp_path / "model", 8002)[1]).argv
+            for a in ("image", arm)}
+    i = argv[arm].index(flag)
+    assert argv[arm][:i] + argv[arm][i + 2:] == argv["image"]
+    return {a: _raising_parser().parse_args(v[4:]) for a, v in argv.items()}  # after `PYTHON -m ... serve`
+
+
 def test_the_one_split_attention_arm_is_the_image_with_vllms_split_cap_at_one(tmp_path):
     """image-attn-one-split: the image's launcher passes --attention-config through to vLLM, whose own parser reads
     FlashAttention's split cap for CUDA graphs as 1 (vLLM's default 32 in the image arm); every other flag is the
     image arm's."""
     from vllm.config import AttentionConfig
 
-    from serving.vllm_args import _raising_parser
-
-    m = _model("qwen3-coder-480b-ep8-block")
-    assert models.ATTN_ONE_SPLIT_ARM in m.arms and models.ATTN_ONE_SPLIT_ARM in models.MEASURED_ARMS
-    cfg = _bench_config(tmp_path)
-    argv = {arm: _image_launch_plan(servers.server_command(cfg, m, arm, tmp_path / "model", 8002)[1]).argv
-            for arm in ("image", models.ATTN_ONE_SPLIT_ARM)}
-    parsed = {arm: _raising_parser().parse_args(a[4:]) for arm, a in argv.items()}  # after `PYTHON -m ... serve`
-    configs = {arm: ns.attention_config or AttentionConfig() for arm, ns in parsed.items()}  # vLLM's default: unset
-    caps = {arm: c.flash_attn_max_num_splits_for_cuda_graph for arm, c in configs.items()}
-    assert caps == {"image": 32, models.ATTN_ONE_SPLIT_ARM: 1}
-    i = argv[models.ATTN_ONE_SPLIT_ARM].index("--attention-config")
-    assert argv[models.ATTN_ONE_SPLIT_ARM][:i] + argv[models.ATTN_ONE_SPLIT_ARM][i + 2:] == argv["image"]
+    arm = models.ATTN_ONE_SPLIT_ARM
+    parsed = _one_flag_arm(tmp_path, "qwen3-coder-480b-ep8-block", arm, "--attention-config")
+    configs = {a: ns.attention_config or AttentionConfig() for a, ns in parsed.items()}  # vLLM's default: unset
+    assert {a: c.flash_attn_max_num_splits_for_cuda_graph for a, c in configs.items()} == {"image": 32, arm: 1}
 
 
 def test_the_api_servers_arm_is_the_image_with_four_api_server_processes(tmp_path):
     """image-api-servers: the image's launcher passes --api-server-count through to vLLM, whose own parser reads 4
     (unset in the image arm: one API server); every other flag, the middleware included, is the image arm's."""
-    from serving.vllm_args import _raising_parser
-
-    m = _model("qwen3-235b-ep8-block")
-    assert models.API_SERVERS_ARM in m.arms and models.API_SERVERS_ARM in models.MEASURED_ARMS
-    cfg = _bench_config(tmp_path)
-    argv = {arm: _image_launch_plan(servers.server_command(cfg, m, arm, tmp_path / "model", 8002)[1]).argv
-            for arm in ("image", models.API_SERVERS_ARM)}
-    parsed = {arm: _raising_parser().parse_args(a[4:]) for arm, a in argv.items()}  # after `PYTHON -m ... serve`
-    assert {arm: ns.api_server_count for arm, ns in parsed.items()} == {"image": None, models.API_SERVERS_ARM: 4}
-    i = argv[models.API_SERVERS_ARM].index("--api-server-count")
-    assert argv[models.API_SERVERS_ARM][:i] + argv[models.API_SERVERS_ARM][i + 2:] == argv["image"]
-    assert "--middleware" in argv[models.API_SERVERS_ARM]
+    arm = models.API_SERVERS_ARM
+    parsed = _one_flag_arm(tmp_path, "qwen3-235b-ep8-block", arm, "--api-server-count")
+    assert {a: ns.api_server_count for a, ns in parsed.items()} == {"image": None, arm: 4}
+    assert parsed[arm].middleware == ["serving.lmi.middleware.LMIMiddleware"]
 
 
 def test_the_piecewise_prompts_arm_is_the_image_with_vllms_cuda_graph_mode(tmp_path, gpu_build):
