@@ -6,9 +6,9 @@ from that folder only when the process starts. With more than one API server pro
 request lands on whichever process the kernel hands its connection to, so a session made by one process would be
 "not found" in the others, and one closed by one would stay open in the others.
 
-`share_process_sessions` (the middleware calls it in each process) gives the process's manager a registry read from the folder itself: a session exists while its
-folder does, whichever process made it. Only ids of the form mhcs makes (UUID strings) name a folder, so a client's
-session header can never name a path outside it.
+`share_process_sessions` (the middleware calls it in each process) gives the process's manager a registry read from
+the folder itself: a session exists while its folder does, whichever process made it. Only ids of the form mhcs
+makes (UUID strings) name a folder, so a client's session header can never name a path outside it.
 """
 from __future__ import annotations
 
