@@ -653,3 +653,31 @@ def test_the_archives_peer_over_stock_rows_of_run_20_are_the_reports():
     assert set(bench) == set(cross) == {"1", "8", "32"}
     assert f"| stock vLLM 0.34.0, this bench | {bench['1']} | {bench['8']} | {bench['32']} |" in section
     assert f"| stock vLLM 0.34.0, vLLM's client | {cross['1']} | {cross['8']} | {cross['32']} |" in section
+
+
+def test_four_api_servers_at_24_layers_are_the_recorded_run_43():
+    """Run 43 on an H100: four API server processes over the image at 128 clients, by this bench and by vLLM's client
+    (tokens/s and TTFT p50 paired per pass, and the passes' mean TTFT), where the archive, the goals row, the index
+    row and README give them."""
+    model, arm = "qwen3-235b-ep8-block@24L", "image-api-servers"
+    res = json.loads((ROOT / "bench" / "data" / "h100_block_43" / "e2e.json").read_text())
+    readme = (ROOT / "README.md").read_text().replace("\n", " ")
+    section, goals, row = archived("43").replace("\n  ", " "), GOALS.replace("\n", " "), index_row_of("43")
+    ratios, cross = tok_s(res, model, "128", arm=arm, base="image")
+    assert len(ratios) == 1 and len(cross) == 2
+    cross = sorted(cross)
+    tok = f"{statistics.median(cross):.3f} ({cross[0]:.3f}-{cross[-1]:.3f})"
+    assert f"| {ratios[0]:.3f} |" in section and f"**{statistics.median(cross):.3f}** ({cross[0]:.3f}-" in section
+    assert f"{ratios[0]:.3f}x" in row
+    passes = res["models"][model]["cross_check"]
+    ttft = {a: [p["latency"]["128"]["ttft_p50_ms"] for p in passes[a]] for a in ("image", arm)}
+    ttft_ratios = sorted(b / a for a, b in zip(ttft["image"], ttft[arm]))
+    ttft_ratio = f"{statistics.median(ttft_ratios):.3f}"
+    assert f"**{ttft_ratio}** ({ttft_ratios[0]:.3f}-{ttft_ratios[-1]:.3f})" in section
+    means = {a: f"{statistics.mean(v):.1f}" for a, v in ttft.items()}
+    assert f"TTFT p50 {means['image']} against {means[arm]} ms" in section
+    assert f"TTFT p50 {means[arm]} against {means['image']} ms" in readme
+    assert f"({means['image']} against {means[arm]} ms)" in row
+    for where in (goals, readme, row):
+        assert f"{ttft_ratio}x" in where and (f"{tok.split()[0]}x" in where)
+    assert f"{tok.split()[0]}x {tok.split()[1]}" in goals and f"({cross[0]:.3f}-{cross[-1]:.3f})" in row
