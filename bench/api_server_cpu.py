@@ -22,6 +22,7 @@ import string
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import aiohttp
 import psutil
@@ -74,9 +75,8 @@ def measure(api_servers: int, requests: int, tokens: list[int], bursts: int) -> 
     with tempfile.TemporaryDirectory() as tmp:
         srv = start_launcher(Path(tmp), {"OPTION_API_SERVER_COUNT": str(api_servers)})
         try:
-            port = int(srv.url.rsplit(":", 1)[1])
-            model_id = request_json(f"127.0.0.1:{port}", "GET", "/v1/models")["data"][0]["id"]
-            procs = listening(srv.proc.pid, port)
+            model_id = request_json(srv.host, "GET", "/v1/models")["data"][0]["id"]
+            procs = listening(srv.proc.pid, urlsplit(srv.url).port)
             rnd = random.Random(0)
             asyncio.run(burst(srv.url, model_id, requests, max(tokens), rnd))  # unmeasured: first-use costs
             per_request = {}
