@@ -45,11 +45,19 @@ CPU_NORM_QUANT = resolve.ContextDefault("norm_quant", "vllm", "CPU build: no FP8
 # vLLM's CPU platform spawns its engine processes whatever VLLM_WORKER_MULTIPROC_METHOD says.
 CPU_SPAWN = resolve.ContextDefault("worker_multiproc_method", "spawn", "CPU build: vLLM's CPU platform spawns")
 TINY_MODEL_DEFAULTS = {"max_model_len": "2048"}
-# `vllm serve` starts one API server process per data-parallel rank unless told otherwise; the container runs one,
-# as without data parallelism. A count the user sets is kept: the middleware runs in each API server process, and
-# SageMaker's sessions are shared by them (serving/lmi/sessions.py).
+# API server processes in front of the engine core. The GPU build runs four, where vLLM runs one: each parses,
+# tokenizes and streams its share of a burst of requests, which one process does in turn (bench/RESULTS.md, run 44).
+# The CPU build keeps vLLM's one. Under data parallelism `vllm serve` starts one per rank unless told otherwise; the
+# container runs one there, as the api_server module did. vLLM loads LoRA adapters at run time
+# (VLLM_ALLOW_RUNTIME_LORA_UPDATING) in one API server process only. A count the user sets, or headless, is kept:
+# the middleware runs in each API server process, and SageMaker's sessions are shared by them
+# (serving/lmi/sessions.py).
+API_SERVERS = resolve.ContextDefault("api_server_count", "4", "GPU build: four API server processes")
 ONE_API_SERVER = resolve.ContextDefault("api_server_count", "1", "data parallelism: one API server process, "
                                         "as without it")
+RUNTIME_LORA_ENV = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
+RUNTIME_LORA_ONE_API_SERVER = resolve.ContextDefault(
+    "api_server_count", "1", f"{RUNTIME_LORA_ENV}: vLLM loads adapters at run time in one API server process only")
 
 
 @dataclass
@@ -157,7 +165,7 @@ def context_defaults(kind: str, user: resolve.Resolution, env: Mapping[str, str]
     """Defaults that depend on the build, the machine and the model: tensor parallelism over every
     visible GPU (as LMI and TGI do), LoRA serving of the model's adapters/ folder, the embedded tiny
     model's context length, on the CPU build a fixed KV cache unless the user sized the memory
-    themselves and no CUDA-graph capture limit, one API server process under data parallelism, and
+    themselves and no CUDA-graph capture limit, the API server processes (four on the GPU build), and
     no compile cache where no later start can read it."""
     out = []
     if adapters:
@@ -185,8 +193,8 @@ def context_defaults(kind: str, user: resolve.Resolution, env: Mapping[str, str]
                                       user_compilation_config(user.entries))
         if cache:
             out.append(resolve.ContextDefault("disable_compile_cache", *cache))
-    if needs_one_api_server(user):
-        out.append(ONE_API_SERVER)
+    if count := api_server_default(user, env, cpu_build):
+        out.append(count)
     if kind == "embedded":
         out += [resolve.ContextDefault(k, v, "embedded tiny model") for k, v in TINY_MODEL_DEFAULTS.items()]
     if cpu_build and not any(k in user.entries for k in ("gpu_memory_utilization", "kv_cache_memory_bytes")):
@@ -194,14 +202,20 @@ def context_defaults(kind: str, user: resolve.Resolution, env: Mapping[str, str]
     return out
 
 
-def needs_one_api_server(user: resolve.Resolution) -> bool:
-    """True when the user asks for data parallelism and leaves the API server count to vLLM: `vllm serve`
-    would then start one API server process per rank (the deprecated api_server module ran one)."""
+def api_server_default(user: resolve.Resolution, env: Mapping[str, str],
+                       cpu_build: bool) -> resolve.ContextDefault | None:
+    """The API server count the container sets where the user set none and did not ask for headless (above)."""
     by_flag = {r.flag: r for r in user.entries.values() if r.flag}
     headless = by_flag.get("--headless")
     if "--api-server-count" in by_flag or headless is not None and flag_set(headless.raw):
-        return False  # the user's count wins; headless runs no API server at all
-    return any(f.startswith("--data-parallel") for f in by_flag)
+        return None  # the user's count wins; headless runs no API server at all
+    if any(f.startswith("--data-parallel") for f in by_flag):
+        return ONE_API_SERVER
+    if cpu_build:
+        return None
+    if env.get(RUNTIME_LORA_ENV, "0").strip().lower() in ("1", "true"):  # as vLLM's envs.py reads it
+        return RUNTIME_LORA_ONE_API_SERVER
+    return API_SERVERS
 
 
 def user_compilation_config(entries: Mapping) -> dict | None:
@@ -556,5 +570,8 @@ def become_engine(p: Plan) -> int:
     logging.root.setLevel(logging.WARNING)
     from vllm.entrypoints.cli.main import main as vllm_main
 
+    from .lmi.engine_watch import end_api_servers_on_engine_death
+
+    end_api_servers_on_engine_death()
     vllm_main()
     return ExitCode.OK

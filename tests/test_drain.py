@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -84,11 +85,20 @@ def long_context_model(out: Path) -> Path:
     return ensure(out, TinySpec(max_position=LONG + 1024))
 
 
-@starts_early("drain_server")
-def _drain_server(tmp: Path, nice: int) -> Server:
+def _spawn_drain_server(tmp: Path, nice: int, extra: dict[str, str]) -> Server:
     model = made_by_child("test_drain:long_context_model", tmp / "long-context")
     return spawn_server(tmp, {"OPTION_SHUTDOWN_TIMEOUT": str(DRAIN_S), "OPTION_MODEL_ID": str(model),
-                              "OPTION_MAX_MODEL_LEN": str(LONG + 1024), **EAGER}, nice=nice)
+                              "OPTION_MAX_MODEL_LEN": str(LONG + 1024), **EAGER, **extra}, nice=nice)
+
+
+@starts_early("drain_server")
+def _drain_server(tmp: Path, nice: int) -> Server:
+    return _spawn_drain_server(tmp, nice, {})
+
+
+@starts_early("drain_api_servers_server")
+def _drain_api_servers_server(tmp: Path, nice: int) -> Server:
+    return _spawn_drain_server(tmp, nice, {"OPTION_API_SERVER_COUNT": "2"})  # the GPU build runs four
 
 
 @pytest.fixture
@@ -96,8 +106,22 @@ def drain_server(request) -> Server:
     return await_server(early(request, "drain_server"), "drain_server")
 
 
+@pytest.fixture
+def drain_api_servers_server(request) -> Server:
+    return await_server(early(request, "drain_api_servers_server"), "drain_api_servers_server")
+
+
 def test_sigterm_drains_in_flight_streams_then_exits_0(drain_server):
-    srv = drain_server
+    _check_drain(drain_server)
+
+
+def test_sigterm_drains_every_api_server_process_then_exits_0(drain_api_servers_server):
+    """Two API server processes: each drains the requests it holds."""
+    assert "'api_server_count': 2" in drain_api_servers_server.log()
+    _check_drain(drain_api_servers_server)
+
+
+def _check_drain(srv: Server) -> None:
     try:
         with httpx.Client(base_url=srv.url, timeout=120) as c:
             want = {p: c.post("/invocations", json=_lmi_body(p, SHORT, False)).json()["generated_text"]
@@ -166,4 +190,5 @@ def test_sigterm_drains_in_flight_streams_then_exits_0(drain_server):
 
     assert rc == 0, f"exit status {rc}\n{log[-3000:]}"
     assert exited < EXIT_BOUND_S
-    assert "drain: timeout of 15s reached; ending 2 request(s) still running" in log
+    ended = re.findall(r"drain: timeout of 15s reached; ending (\d+) request\(s\) still running", log)
+    assert sum(map(int, ended)) == 2, ended  # the two long streams, wherever they landed

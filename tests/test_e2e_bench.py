@@ -530,7 +530,8 @@ def test_each_image_arm_switches_one_setting_of_the_table_and_no_arm_inherits_a_
 
 def _one_flag_arm(tmp_path, model: str, arm: str, flag: str) -> dict:
     """vLLM's own parser's reading of the image arm's and `arm`'s `vllm serve` flags ({arm: namespace}), after
-    checking that `arm` is a measured arm of `model` whose flags are the image arm's and `flag` with its value."""
+    checking that `arm` is a measured arm of `model` whose flags are the image arm's with `flag` and its value its
+    own."""
     from serving.vllm_args import _raising_parser
 
     m = _model(model)
@@ -538,8 +539,11 @@ def _one_flag_arm(tmp_path, model: str, arm: str, flag: str) -> dict:
     cfg = _bench_config(tmp_path)
     argv = {a: _image_launch_plan(servers.server_command(cfg, m, a, tmp_path / "model", 8002)[1]).argv
             for a in ("image", arm)}
-    i = argv[arm].index(flag)
-    assert argv[arm][:i] + argv[arm][i + 2:] == argv["image"]
+    def without_flag(v: list[str]) -> list[str]:
+        i = v.index(flag) if flag in v else len(v)
+        return v[:i] + v[i + 2:]
+
+    assert flag in argv[arm] and without_flag(argv[arm]) == without_flag(argv["image"])
     return {a: _raising_parser().parse_args(v[4:]) for a, v in argv.items()}  # after `PYTHON -m ... serve`
 
 
@@ -555,13 +559,13 @@ def test_the_one_split_attention_arm_is_the_image_with_vllms_split_cap_at_one(tm
     assert {a: c.flash_attn_max_num_splits_for_cuda_graph for a, c in configs.items()} == {"image": 32, arm: 1}
 
 
-def test_the_api_servers_arm_is_the_image_with_four_api_server_processes(tmp_path):
-    """image-api-servers: the image's launcher passes --api-server-count through to vLLM, whose own parser reads 4
-    (unset in the image arm: one API server); every other flag, the middleware included, is the image arm's."""
-    arm = models.API_SERVERS_ARM
+def test_the_one_api_server_arm_is_the_image_with_vllms_one_api_server_process(tmp_path, gpu_build):
+    """image-one-api-server: vLLM's own parser reads the image arm's API server count as 4 (the GPU build's default)
+    and the arm's as 1; every other flag, the middleware included, is the image arm's."""
+    arm = models.ONE_API_SERVER_ARM
     parsed = _one_flag_arm(tmp_path, "qwen3-235b-ep8-block", arm, "--api-server-count")
-    assert {a: ns.api_server_count for a, ns in parsed.items()} == {"image": None, arm: 4}
-    assert parsed[arm].middleware == ["serving.lmi.middleware.LMIMiddleware"]
+    assert {a: ns.api_server_count for a, ns in parsed.items()} == {"image": 4, arm: 1}
+    assert all(ns.middleware == ["serving.lmi.middleware.LMIMiddleware"] for ns in parsed.values())
 
 
 def test_the_piecewise_prompts_arm_is_the_image_with_vllms_cuda_graph_mode(tmp_path, gpu_build):

@@ -2,7 +2,8 @@
 ends (no client hangs), and the container exits non-zero within a stated bound.
 
 Each test kills a server started by the launcher like the container does: at TP=1 the session's own
-server, after every other test that uses it; at TP=2 a server of its own.
+server, after every other test that uses it; at TP=2 and with two API server processes (the GPU build runs four)
+a server of its own.
 """
 from __future__ import annotations
 
@@ -147,5 +148,36 @@ def test_tp2_worker_rank_death_does_not_hang(tp2_server):
     assert rc == ENGINE_DEAD_EXIT, f"exit status {rc} after a rank died\n{log[-3000:]}"
     assert elapsed < TP2_EXIT_BOUND_S, f"took {elapsed:.1f}s to exit\n{log[-3000:]}"
     assert _last_healthy(pings) < TP2_PING_BOUND_S, pings
+    for s in streams:
+        _assert_ends_with_error_record(s)
+
+
+@starts_early("api_servers_server")
+def _api_servers_server(tmp: Path, nice: int) -> Server:
+    return spawn_server(tmp, {"OPTION_API_SERVER_COUNT": "2", **EAGER}, nice=nice)
+
+
+@pytest.fixture
+def api_servers_server(request) -> Server:
+    return await_server(early(request, "api_servers_server"), "api_servers_server")
+
+
+def test_engine_death_with_several_api_servers_ends_every_stream_and_exits_nonzero(api_servers_server):
+    """Two API server processes, where only the launcher's process watches the engine core: it tells both, whose
+    streams end with their error record, and the container exits with the engine's status, not vLLM's 1."""
+    srv = api_servers_server
+    try:
+        assert "'api_server_count': 2" in srv.log()
+        rc, elapsed, pings, streams = _kill_mid_load(srv, lambda ps: _named(ps, "EngineCore")[0], EXIT_BOUND_S)
+    finally:
+        stop(srv.proc)
+    log = srv.log()
+    print(f"EngineCore killed under 2 API servers: last /ping 200 at {_last_healthy(pings)}s, exit {rc} at "
+          f"{elapsed:.1f}s")
+    assert rc == ENGINE_DEAD_EXIT, f"exit status {rc}\n{log[-3000:]}"
+    assert elapsed < EXIT_BOUND_S, f"took {elapsed:.1f}s to exit"
+    assert _last_healthy(pings) < PING_BOUND_S, pings
+    assert "ending the API server processes" in log and log.count("the engine process died; exiting") == 2, \
+        log[-3000:]
     for s in streams:
         _assert_ends_with_error_record(s)

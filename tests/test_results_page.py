@@ -681,3 +681,47 @@ def test_four_api_servers_at_24_layers_are_the_recorded_run_43():
     for where in (goals, readme, row):
         assert f"{ttft_ratio}x" in where and f"{m}x" in where
     assert f"{m}x {rng}" in goals and rng in row
+
+
+def test_four_api_servers_at_depth_and_against_sglang_are_the_recorded_run_44():
+    """Run 44 on an H100: four API server processes over one on the 94-layer shard at 1-128 clients by both clients
+    (and vLLM's client's TTFT p50 at 128), then the image so configured over SGLang at 128 clients (44b), each where
+    the archive, the goals row, the index row, the peers table and README give it; the start against SGLang."""
+    model, four = "qwen3-235b-ep8-block@94L", "image-api-servers"  # the run's names: "image" ran one API server
+    data = ROOT / "bench" / "data"
+    readme = (ROOT / "README.md").read_text().replace("\n", " ")
+    section, goals, row = archived("44").replace("\n  ", " "), GOALS.replace("\n", " "), index_row_of("44")
+    res = json.loads((data / "h100_block_44" / "e2e.json").read_text())
+    ours, theirs = [], []
+    for clients in ("1", "8", "32", "128"):
+        ratios, cross = tok_s(res, model, clients, arm=four, base="image")
+        assert len(ratios) == 3 and len(cross) == 2, clients
+        cross = sorted(cross)
+        m, cm = f"{statistics.median(ratios):.3f}", f"{statistics.median(cross):.3f}"
+        assert f"**{m}** ({ratios[0]:.3f}-{ratios[-1]:.3f})" in section, clients
+        assert f"{cm} ({cross[0]:.3f}-{cross[-1]:.3f})" in section.replace("**", ""), clients
+        ours.append(m)
+        theirs.append(cm)
+    assert ", ".join(ours) in goals and ", ".join(theirs) in goals
+    assert ", ".join(f"{r}x" for r in ours) in row and ", ".join(f"{r}x" for r in theirs) in row
+    assert f"{', '.join(f'{r}x' for r in ours[:3])} and {ours[3]}x" in readme
+    assert ", ".join(f"{r}x" for r in theirs) in readme
+    passes = res["models"][model]["cross_check"]
+    ttft = sorted(b["latency"]["128"]["ttft_p50_ms"] / a["latency"]["128"]["ttft_p50_ms"]
+                  for a, b in zip(passes["image"], passes[four]))
+    t = f"{statistics.median(ttft):.3f}"
+    assert f"**{t}** ({ttft[0]:.3f}-{ttft[-1]:.3f})" in section
+    assert all(f"{t}x" in where for where in (row, readme)) and t in goals
+    peer = json.loads((data / "h100_block_44b" / "e2e.json").read_text())
+    ratios, cross = tok_s(peer, model, "128", arm=four, base="sglang")
+    assert len(ratios) == 3 and len(cross) == 2
+    cross = sorted(cross)
+    m, rng = f"{statistics.median(ratios):.3f}", f"({ratios[0]:.3f}-{ratios[-1]:.3f})"
+    cm, crng = f"{statistics.median(cross):.3f}", f"({cross[0]:.3f}-{cross[-1]:.3f})"
+    assert f"**{m}** {rng}" in section and f"**{cm}** {crng}" in section
+    assert f"**{m} {rng}**" in goals and f"**{cm} {crng}**" in goals
+    assert f"**{m}x** ({cm}x)" in HEADLINE and f"{m}x" in row and f"{cm}x" in row
+    assert f"{m}x SGLang's tokens/s at 128 clients, {cm}x by vLLM's client" in readme
+    ready = {a: peer["servers"][f"{model}.{a}"] for a in (four, "sglang")}
+    assert (f"ready after {ready[four]['ready_s']:.1f} against {ready['sglang']['ready_s']:.1f} s, first request "
+            f"{ready[four]['first_ttft_ms']:.1f} against {ready['sglang']['first_ttft_ms']:.1f} ms") in goals

@@ -252,19 +252,31 @@ def test_engine_command_shape(va, model_dir):
     assert "--api-server-count" not in p.argv and "api_server_count" not in p.resolved
 
 
-@pytest.mark.parametrize("env,count", [
-    ({"OPTION_DATA_PARALLEL_SIZE": "2"}, "1"),
-    ({"SM_VLLM_DATA_PARALLEL_SIZE_LOCAL": "2", "OPTION_DATA_PARALLEL_HYBRID_LB": "true"}, "1"),
-    ({"OPTION_DATA_PARALLEL_SIZE": "2", "OPTION_API_SERVER_COUNT": "2"}, "2"),
-    ({"OPTION_DATA_PARALLEL_SIZE": "2", "OPTION_HEADLESS": "true"}, None),
+@pytest.mark.parametrize("env,count,why", [
+    ({}, "4", "GPU build: four API server processes"),
+    ({"OPTION_API_SERVER_COUNT": "2"}, "2", None),
+    ({"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}, "1", "VLLM_ALLOW_RUNTIME_LORA_UPDATING: vLLM loads adapters"),
+    ({"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "yes"}, "4", "GPU build"),  # vLLM reads only 1 and true as on
+    ({"OPTION_DATA_PARALLEL_SIZE": "2"}, "1", "data parallelism: one API server"),
+    ({"SM_VLLM_DATA_PARALLEL_SIZE_LOCAL": "2", "OPTION_DATA_PARALLEL_HYBRID_LB": "true"}, "1", "data parallelism"),
+    ({"OPTION_DATA_PARALLEL_SIZE": "2", "OPTION_API_SERVER_COUNT": "2"}, "2", None),
+    ({"OPTION_DATA_PARALLEL_SIZE": "2", "OPTION_HEADLESS": "true"}, None, None),
 ])
-def test_data_parallelism_keeps_one_api_server(va, model_dir, env, count):
-    """`vllm serve` starts an API server process per data-parallel rank unless told otherwise; the launcher keeps
-    one (as the api_server module did, and as without data parallelism), unless the user chose a count or headless."""
+def test_the_gpu_build_runs_four_api_servers_unless_told_otherwise(va, model_dir, gpu_build, env, count, why):
+    """Four API server processes on the GPU build; one under data parallelism (`vllm serve` would start one per
+    rank) and where vLLM loads adapters at run time (it refuses more there); the user's count, or headless, wins."""
     p = plan(va, model_dir, env)
     assert argv_value(p, "--api-server-count") == count
-    if count == "1":
-        assert p.resolved["api_server_count"].source.startswith("default (data parallelism: one API server")
+    source = p.resolved["api_server_count"].source if "api_server_count" in p.resolved else None
+    if why:
+        assert source.startswith(f"default ({why}")
+    else:
+        assert source is None or not source.startswith("default"), source
+
+
+def test_the_cpu_build_keeps_vllms_one_api_server(va, model_dir):
+    assert "--api-server-count" not in plan(va, model_dir).argv
+    assert argv_value(plan(va, model_dir, {"OPTION_DATA_PARALLEL_SIZE": "2"}), "--api-server-count") == "1"
 
 
 def test_every_declared_flag_exists_in_installed_vllm(va):

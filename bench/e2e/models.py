@@ -111,16 +111,17 @@ def parse_layers(tokens: list[str], models: list[str]) -> dict[str, int]:
 # with up to 32 splits, and FlashAttention then runs its combine kernel after every layer's attention whatever the
 # context; SGLang's decode steps run no combine kernel, run 15's profile). A measure of that kernel's cost at the
 # bench's short contexts, not a default: on one split a few long contexts run on as many thread blocks as the layer
-# has KV heads. "image-api-servers" (four API server processes in front of the one engine core, vLLM's
-# api_server_count 4, each with the container's middleware, where the image runs one): what a burst of streamed
-# requests' HTTP parsing, tokenization and streaming in one Python process costs its first token.
+# has KV heads. "image-one-api-server" (vLLM's one API server process in front of the engine core, api_server_count
+# 1, where the image runs four, each with the container's middleware): what a burst of streamed requests' HTTP
+# parsing, tokenization and streaming in one Python process costs its first token (runs 43 and 44 ran the image with
+# one as "image", beside "image-api-servers", four).
 # Arms that differ from theirs ("stock") by vLLM environment variables only: "stock-debug".
 ARM_ENV: dict[str, dict[str, str]] = {
     "stock-debug": {"VLLM_LOGGING_LEVEL": "DEBUG"},
 }
 IMAGE_ARM_ENGINE_ARGS: dict[str, dict[str, str]] = {
     "image-attn-one-split": {"attention-config": '{"flash_attn_max_num_splits_for_cuda_graph": 1}'},
-    "image-api-servers": {"api-server-count": "4"},
+    "image-one-api-server": {"api-server-count": "1"},
 }
 IMAGE_ARM_SETTINGS: dict[str, dict[str, object]] = {
     "image": {},
@@ -161,7 +162,7 @@ NORM_QUANT_ARMS = ("image-vllm-norm-quant", "image-separate-norm-quant")
 COMPILE_SIZES_ARM = "image-compile-decode-sizes"
 NO_NVCC_ARM = "image-no-nvcc"
 ATTN_ONE_SPLIT_ARM = "image-attn-one-split"
-API_SERVERS_ARM = "image-api-servers"
+ONE_API_SERVER_ARM = "image-one-api-server"
 PIECEWISE_PROMPTS_ARM = "image-piecewise-prompts"
 NO_AOT_COMPILE_ARM = "image-no-aot-compile"
 COMPILE_CACHE_ARM = "image-compile-cache"
@@ -170,7 +171,7 @@ EXEC_ARM = "image-exec"
 MEASURED_ARMS = ("stock", "image", "image-stock-order", "image-vllm-quant", "image-vllm-topk", "image-eager-prefill",
                  "image-bf16-router", "image-cutlass-dense", "image-gemv-silu", QK_NORM_ROPE_ARM, *NORM_QUANT_ARMS,
                  COMPILE_SIZES_ARM, NO_NVCC_ARM, ATTN_ONE_SPLIT_ARM, PIECEWISE_PROMPTS_ARM, NO_AOT_COMPILE_ARM,
-                 COMPILE_CACHE_ARM, SPAWN_ARM, EXEC_ARM, API_SERVERS_ARM, CANDIDATES_ARM, *PEER_ARMS)
+                 COMPILE_CACHE_ARM, SPAWN_ARM, EXEC_ARM, ONE_API_SERVER_ARM, CANDIDATES_ARM, *PEER_ARMS)
 # Block FP8: the linear layers on vLLM's prebuilt CUTLASS block-scaled kernel in both arms, so that only the MoE
 # path differs. vLLM's default there is FlashInfer's DeepGEMM kernel, which the image builds with nvcc at start and
 # stock follows with DeepGEMM's JIT warm-up of 512 shapes (42-48 minutes on an H200 by its own estimate), beyond
@@ -178,11 +179,11 @@ MEASURED_ARMS = ("stock", "image", "image-stock-order", "image-vllm-quant", "ima
 BLOCK_FP8_ENGINE_ARGS = (("linear-backend", "cutlass"),)
 # Every GPU model has the Q/K norm + RoPE arm, the norm + quantization arms, the decode compile sizes, the image
 # without nvcc, the one-split attention arm, the piecewise-prompts arm, the image without vLLM's AOT compile, with its
-# compile cache, with its engine core spawned, the exec'ing launcher, with four API servers, the candidates arm and
+# compile cache, with its engine core spawned, the exec'ing launcher, with one API server, the candidates arm and
 # the peers, less the arms of Qwen3's attention (FlashAttention 3) where its preset has MLA; a run starts the
 # candidates arm and the peers only when --arms names them.
 PASS_ARMS = (QK_NORM_ROPE_ARM, *NORM_QUANT_ARMS, COMPILE_SIZES_ARM, NO_NVCC_ARM, ATTN_ONE_SPLIT_ARM,
-             PIECEWISE_PROMPTS_ARM, NO_AOT_COMPILE_ARM, COMPILE_CACHE_ARM, SPAWN_ARM, EXEC_ARM, API_SERVERS_ARM)
+             PIECEWISE_PROMPTS_ARM, NO_AOT_COMPILE_ARM, COMPILE_CACHE_ARM, SPAWN_ARM, EXEC_ARM, ONE_API_SERVER_ARM)
 QWEN3_ATTENTION_ARMS = (QK_NORM_ROPE_ARM, ATTN_ONE_SPLIT_ARM, PIECEWISE_PROMPTS_ARM)
 
 

@@ -8,12 +8,19 @@ We tell the two cases apart by who asked: a requested stop (SIGTERM/SIGINT) goes
 AsyncLLM.shutdown() before the engine goes away; an engine crash marks the client errored
 without it. An errored engine with no shutdown requested ends the process at once with
 ExitCode.ENGINE_DIED (after vLLM's own clean-up of the engine processes has run).
+
+With more than one API server process (api_server_count) only the launcher's process watches the engine core's
+processes: when one dies it ends the API server processes and exits 1, and the streams in flight are cut. So there
+the launcher's process (`end_api_servers_on_engine_death`) first tells each API server process that the engine died
+(ENGINE_DIED_SIGNAL), which fails its requests in flight as vLLM does when it sees the death itself (each stream ends
+with its error record) and exits ExitCode.ENGINE_DIED; then the launcher's process exits ExitCode.ENGINE_DIED too.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import os
+import signal
 import sys
 import time
 
@@ -26,6 +33,10 @@ POLL_S = 0.25
 # server, so the engine may look dead a moment before vLLM's handler calls shutdown().
 SIGNAL_GRACE_S = 1.0
 CLEANUP_WAIT_S = 5.0
+ENGINE_DIED_SIGNAL = signal.SIGUSR1  # from the launcher's process to each API server process: the engine died
+# How long the launcher's process gives the API server processes to end their streams and exit by themselves
+# (a poll, the grace above, and the streams' last bytes) before vLLM stops the rest.
+API_SERVERS_EXIT_S = 4.0
 
 
 class EngineWatch:
@@ -42,7 +53,22 @@ class EngineWatch:
         engine_client.shutdown = shutdown
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="lmi-engine-watch")
+        loop = asyncio.get_running_loop()
+        self._task = loop.create_task(self._run(), name="lmi-engine-watch")
+        loop.add_signal_handler(ENGINE_DIED_SIGNAL, self.engine_died_elsewhere)
+
+    def engine_died_elsewhere(self) -> None:
+        """The launcher's process saw the engine core die (ENGINE_DIED_SIGNAL): fail every request in flight with
+        vLLM's EngineDeadError, as vLLM's engine client does when it sees the death itself; the watch then exits."""
+        from vllm.v1.engine.exceptions import EngineDeadError
+
+        core = getattr(self.client, "engine_core", None)
+        queue = getattr(core, "outputs_queue", None)
+        if queue is None:  # an engine client we do not know: exit without failing its requests first
+            log.error("the engine process died (the launcher's process says so)")
+            self.exit_now()
+        core.resources.engine_dead = True
+        queue.put_nowait(EngineDeadError())
 
     def stop(self) -> None:
         if self._task is not None:
@@ -65,9 +91,11 @@ class EngineWatch:
     def exit_now(self) -> None:
         log.error("the engine process died; exiting with status %d so the platform replaces "
                   "this container", ExitCode.ENGINE_DIED)
-        # vLLM's engine monitor thread stops the remaining engine processes; let it finish.
+        # vLLM's engine monitor thread stops the remaining engine processes; let it finish (an API server process
+        # of several owns none: the launcher's process stops them).
         core = getattr(self.client, "engine_core", None)
-        fin = getattr(core, "_finalizer", None)
+        owns_engines = getattr(getattr(core, "resources", None), "engine_manager", None) is not None
+        fin = getattr(core, "_finalizer", None) if owns_engines else None
         deadline = time.monotonic() + CLEANUP_WAIT_S
         while fin is not None and fin.alive and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -79,3 +107,33 @@ class EngineWatch:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(ExitCode.ENGINE_DIED)
+
+
+def end_api_servers_on_engine_death() -> None:
+    """In the launcher's process, before vLLM's CLI runs in it: where `vllm serve` runs more than one API server
+    process and an engine core process dies, tell each API server process (ENGINE_DIED_SIGNAL), give them
+    API_SERVERS_EXIT_S to end their streams and exit, and exit ExitCode.ENGINE_DIED (vLLM stops what is left)."""
+    from vllm.entrypoints.cli import serve
+
+    wait = serve.wait_for_completion_or_failure
+
+    def wait_or_end(*args, **kwargs):
+        try:
+            return wait(*args, **kwargs)
+        except RuntimeError:
+            servers = getattr(kwargs.get("api_server_manager"), "processes", None) or []
+            engines = kwargs.get("engine_manager")
+            if getattr(engines, "failed_proc_name", None) is None and not any(
+                    p.exitcode == ExitCode.ENGINE_DIED for p in servers):
+                raise  # not the engine: vLLM's own handling
+        log.error("the engine process died; ending the API server processes, then exiting with status %d so "
+                  "the platform replaces this container", ExitCode.ENGINE_DIED)
+        for p in servers:
+            if p.exitcode is None:
+                os.kill(p.pid, ENGINE_DIED_SIGNAL)
+        deadline = time.monotonic() + API_SERVERS_EXIT_S
+        for p in servers:
+            p.join(max(deadline - time.monotonic(), 0.0))
+        raise SystemExit(ExitCode.ENGINE_DIED)
+
+    serve.wait_for_completion_or_failure = wait_or_end
