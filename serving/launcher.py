@@ -550,6 +550,16 @@ def top_level_modules(folder: Path) -> set[str]:
     return names
 
 
+def api_server_count(p: Plan) -> int:
+    """The API server processes vLLM will start for plan p (1 where unset or not a number: vLLM's parser refuses
+    the latter, naming it)."""
+    count = p.resolved.get("api_server_count")
+    try:
+        return int(count.raw) if count is not None else 1
+    except ValueError:
+        return 1
+
+
 def become_engine(p: Plan) -> int:
     """Become the engine: vLLM's CLI in this process with the plan's environment, path and arguments, or where
     `in_process_blocker` says why not, os.execvpe of the command."""
@@ -559,6 +569,11 @@ def become_engine(p: Plan) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     if blocker is not None:
+        if (servers := api_server_count(p)) > 1:
+            log.warning("%d API server processes with vLLM exec'd: an engine death cuts the streams in flight and "
+                        "exits 1 (vLLM's own handling); with vLLM's CLI in this process (option.engine_in_process) "
+                        "every stream ends with its error record and the exit status is %d",
+                        servers, ExitCode.ENGINE_DIED)
         os.execvpe(p.argv[0], p.argv, p.env)
     # the plan's environment over this process's, which keeps what importing vLLM set in it (as a fresh
     # interpreter's import sets it again): its spawned engine processes inherit both

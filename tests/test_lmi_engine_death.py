@@ -181,3 +181,12 @@ def test_engine_death_with_several_api_servers_ends_every_stream_and_exits_nonze
         log[-3000:]
     for s in streams:
         _assert_ends_with_error_record(s)
+
+
+def test_vllm_execd_with_several_api_servers_says_how_an_engine_death_ends(adapter_server):
+    """Where the launcher execs `vllm serve` (the adapter server: engine_in_process=false, two API server processes),
+    nothing of the launcher's stays to tell the API server processes: its log says what an engine death then does."""
+    log = adapter_server.log()
+    assert "starting engine (exec: engine_in_process=false)" in log
+    assert ("2 API server processes with vLLM exec'd: an engine death cuts the streams in flight and exits 1 "
+            "(vLLM's own handling)") in log
