@@ -539,6 +539,7 @@ def _one_flag_arm(tmp_path, model: str, arm: str, flag: str) -> dict:
     cfg = _bench_config(tmp_path)
     argv = {a: _image_launch_plan(servers.server_command(cfg, m, a, tmp_path / "model", 8002)[1]).argv
             for a in ("image", arm)}
+
     def without_flag(v: list[str]) -> list[str]:
         i = v.index(flag) if flag in v else len(v)
         return v[:i] + v[i + 2:]
