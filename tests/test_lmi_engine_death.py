@@ -1,9 +1,9 @@
 """When an engine process dies under load, /ping stops saying healthy, every stream in flight
 ends (no client hangs), and the container exits non-zero within a stated bound.
 
-Each test kills a server started by the launcher like the container does: at TP=1 the session's own
-server, after every other test that uses it; at TP=2 and with two API server processes (the GPU build runs four)
-a server of its own.
+Each test but the last kills a server started by the launcher like the container does: at TP=1 the session's
+own server, after every other test that uses it; at TP=2 and with two API server processes (the GPU build runs
+four) a server of its own. The last reads the adapter server's start log: where vLLM is exec'd, what it warns.
 """
 from __future__ import annotations
 
