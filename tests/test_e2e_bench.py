@@ -1309,6 +1309,21 @@ def test_models_only_makes_the_models_a_later_run_reuses_and_starts_nothing(tmp_
     assert e.value.code == 2 and "--arms sglang: its runtime is not given" in capsys.readouterr().err
 
 
+def test_models_only_with_drop_models_makes_the_first_model_alone(tmp_path, capsys):
+    """With --drop-models the disk holds one checkpoint at a time, so --models-only (tools/h200_session.sh prep)
+    makes the first model only and says the run makes the others in turn: two 94-layer shards do not fit the
+    H200 host's 64 GB disk together."""
+    later = "qwen3-235b-tp8-tensor"
+    argv = ["--stock-site", str(tmp_path), "--models-dir", str(tmp_path / "m"), "--out", str(tmp_path / "o"),
+            "--work", str(tmp_path / "w"), "--models", models.CPU_CHECK.name, later, "--layers", f"{later}=1",
+            "--drop-models", "--models-only"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == str(tmp_path / "m" / models.CPU_CHECK.name)
+    assert f"made {models.CPU_CHECK.name} only; the run makes {later}@1L in turn" in out[1]
+    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == [models.CPU_CHECK.name]
+
+
 def test_each_models_flags_make_the_spec_the_bench_checks_the_disk_for():
     """make_model passes serving.tiny_model the flags tiny_model_args gives; tiny_model's own parser turns them into
     the spec that Model.spec names (so the disk check sizes the checkpoint that is made)."""

@@ -81,7 +81,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--models-only", action="store_true",
                    help="make the chosen models at their --layers in --models-dir and stop, for a later run to "
                         "reuse (a device session makes them while its wheelhouse is still arriving); no server "
-                        "starts, so --arms and the runtimes are not checked")
+                        "starts, so --arms and the runtimes are not checked; with --drop-models the first model only")
     return p
 
 
@@ -155,8 +155,14 @@ def main(argv: list[str] | None = None) -> int:
     for problem in disk_shortfall(cfg, models):
         p.error(problem)
     if cfg.models_only:
-        for m in models.values():
+        # With --drop-models the disk holds one checkpoint at a time (disk_shortfall checks the largest): the first
+        # model only, the run makes each later one when its turn comes, after deleting the one before.
+        chosen = list(models.values())
+        for m in chosen[:1] if cfg.drop_models else chosen:
             print(make_model(m, cfg.models_dir))
+        if cfg.drop_models and len(chosen) > 1:
+            log(f"--drop-models: made {chosen[0].name} only; the run makes "
+                f"{', '.join(m.name for m in chosen[1:])} in turn")
         return 0
     # A SIGTERM (tools/h200_session.sh stop) unwinds through run's cleanup, so the servers, each in a session of
     # its own, are stopped too: without it an engine core outlives the bench and keeps the GPU's memory.
