@@ -720,3 +720,32 @@ def test_four_api_servers_at_depth_and_against_sglang_are_the_recorded_run_44():
     ready = {a: peer["servers"][f"{model}.{a}"] for a in (four, "sglang")}
     assert (f"ready after {ready[four]['ready_s']:.1f} against {ready['sglang']['ready_s']:.1f} s, first request "
             f"{ready[four]['first_ttft_ms']:.1f} against {ready['sglang']['first_ttft_ms']:.1f} ms") in goals
+
+
+def test_the_image_against_vllm_034_at_128_clients_is_the_recorded_run_45():
+    """Run 45 on an H100: the image over stock vLLM 0.34.0 on the EP8 block shard at 1 and 128 clients (45) and the
+    per-tensor shard at 128 (45b), by both clients, vLLM's client's TTFT p50 at 128 and the start, each where the
+    archive, the goals rows, the peers table, the index row and README give it."""
+    data = ROOT / "bench" / "data"
+    readme = (ROOT / "README.md").read_text().replace("\n", " ")
+    section, goals, row = archived("45").replace("\n  ", " "), GOALS.replace("\n", " "), index_row_of("45")
+    for folder, model, clients, passes in (("h100_block_45", "qwen3-235b-ep8-block@94L", ("1", "128"), 2),
+                                           ("h100_tensor_45b", "qwen3-235b-tp8-tensor@94L", ("128",), 1)):
+        res = json.loads((data / folder / "e2e.json").read_text())
+        for c in clients:
+            ratios, cross = tok_s(res, model, c, base="vllm-latest")
+            assert len(ratios) == 3 and len(cross) == passes, (folder, c)
+            cross = sorted(cross)
+            m, rng, cm = f"{statistics.median(ratios):.3f}", f"({ratios[0]:.3f}-{ratios[-1]:.3f})", \
+                f"{statistics.median(cross):.3f}"
+            assert f"{m}** {rng}" in section and f"{m} {rng}" in goals.replace("**", ""), (folder, c)
+            assert f"**{m}x**" in HEADLINE and f"{m}x" in row and f"{cm}x" in row, (folder, c)
+            assert f"{cm} (" in section and f"{cm}x" in HEADLINE and cm in goals, (folder, c)
+        runs = res["models"][model]["cross_check"]
+        ttft = sorted(a["latency"]["128"]["ttft_p50_ms"] / b["latency"]["128"]["ttft_p50_ms"]
+                      for a, b in zip(runs["image"], runs["vllm-latest"]))
+        t = f"{statistics.median(ttft):.3f}"
+        assert f"**{t}**" in section and f"{t}x" in row and f"{t}x" in readme and t in goals
+        shard = "per-tensor" if "tensor" in model else "EP8"
+        assert f"{m}x on the {shard} shard" in readme  # m: the 128-client median, the last of clients
+        assert start_against(res, model, "vllm-latest") in goals
