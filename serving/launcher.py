@@ -7,8 +7,8 @@
 The launcher becomes vLLM, so the engine is the container's main process:
 signals and exit codes reach SageMaker directly. It runs vLLM's CLI in its own
 interpreter, which imported vLLM for the settings' check (engine_in_process, on
-by default), or execs the command where that could change what the engine
-imports or the setting is false (`in_process_blocker`).
+by default), or execs the same CLI through serving.engine_cli where that could
+change what the engine imports or the setting is false (`in_process_blocker`).
 """
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ log = logging.getLogger("serving")
 # `vllm serve`, run as a module of the launcher's own Python: vLLM's supported entry point (its
 # `python -m vllm.entrypoints.openai.api_server` is deprecated). The model is its positional argument.
 ENGINE_COMMAND = ("-m", "vllm.entrypoints.cli.main", "serve")
+ENGINE_CLI = "serving.engine_cli"  # runs that CLI with the launcher's engine-death handling, in whichever process
 # LMI request bodies on /invocations, inside vLLM's own HTTP server (no proxy hop).
 LMI_MIDDLEWARE = "serving.lmi.middleware.LMIMiddleware"
 
@@ -508,6 +509,11 @@ def main(argv: list[str] | None = None) -> int:
     return become_engine(p)
 
 
+def runs_vllm_cli(p: Plan) -> bool:
+    """Whether plan p's command is vLLM's CLI (ENGINE_COMMAND) under this Python, which serving.engine_cli runs."""
+    return p.argv[:1 + len(ENGINE_COMMAND)] == [sys.executable, *ENGINE_COMMAND]
+
+
 def in_process_blocker(p: Plan) -> str | None:
     """Why vLLM's CLI cannot run in this process for plan p (None: it can). It can where the plan runs vLLM's
     CLI under this interpreter, this process imported vLLM's parser with a device found, and no folder that the
@@ -517,7 +523,7 @@ def in_process_blocker(p: Plan) -> str | None:
 
     if not p.settings.engine_in_process:
         return "engine_in_process=false"
-    if p.argv[:1 + len(ENGINE_COMMAND)] != [sys.executable, *ENGINE_COMMAND]:
+    if not runs_vllm_cli(p):
         return f"the engine command is not `{' '.join(ENGINE_COMMAND)}` under {sys.executable}"
     if "vllm.entrypoints.launchers.cli_args" not in sys.modules:
         return "vLLM is not imported here"
@@ -561,32 +567,33 @@ def api_server_count(p: Plan) -> int:
 
 
 def become_engine(p: Plan) -> int:
-    """Become the engine: vLLM's CLI in this process with the plan's environment, path and arguments, or where
-    `in_process_blocker` says why not, os.execvpe of the command."""
+    """Become the engine: vLLM's CLI in this process with the plan's environment, path and arguments (through
+    serving.engine_cli), or where `in_process_blocker` says why not, os.execvpe of the same through
+    `python -m serving.engine_cli` (of the command itself where it is not vLLM's CLI under this Python)."""
     blocker = in_process_blocker(p)
-    log.info("starting engine (%s): %s", "in this process" if blocker is None else f"exec: {blocker}",
-             command_line(p))
+    ours = runs_vllm_cli(p)
+    how = "in this process" if blocker is None else f"exec: {blocker}" + (f", through {ENGINE_CLI}" if ours else "")
+    log.info("starting engine (%s): %s", how, command_line(p))
     sys.stdout.flush()
     sys.stderr.flush()
+    cli_args = p.argv[len(ENGINE_COMMAND):]  # `serve MODEL ...`
     if blocker is not None:
+        if ours:
+            argv = [sys.executable, "-m", ENGINE_CLI, *cli_args]
+            os.execvpe(argv[0], argv, p.env)
         if (servers := api_server_count(p)) > 1:
-            log.warning("%d API server processes with vLLM exec'd: an engine death cuts the streams in flight and "
-                        "exits 1 (vLLM's own handling); with vLLM's CLI in this process (option.engine_in_process) "
-                        "every stream ends with its error record and the exit status is %d",
-                        servers, ExitCode.ENGINE_DIED)
+            log.warning("%d API server processes with an engine command other than vLLM's CLI under %s: an engine "
+                        "death cuts the streams in flight and exits 1 (vLLM's own handling)", servers,
+                        sys.executable)
         os.execvpe(p.argv[0], p.argv, p.env)
     # the plan's environment over this process's, which keeps what importing vLLM set in it (as a fresh
     # interpreter's import sets it again): its spawned engine processes inherit both
     os.environ.update(p.env)
     sys.path[1:1] = [x for x in p.env.get("PYTHONPATH", "").split(os.pathsep) if x and x not in sys.path]
-    sys.argv = ["vllm", *p.argv[len(ENGINE_COMMAND):]]
     # the root logger as a fresh interpreter has it: vLLM and uvicorn configure their own
     logging.root.handlers.clear()
     logging.root.setLevel(logging.WARNING)
-    from vllm.entrypoints.cli.main import main as vllm_main
+    from . import engine_cli
 
-    from .lmi.engine_watch import end_api_servers_on_engine_death
-
-    end_api_servers_on_engine_death()
-    vllm_main()
+    engine_cli.main(cli_args)
     return ExitCode.OK

@@ -75,7 +75,7 @@ def test_the_engines_processes_get_the_environment_a_fresh_interpreter_would_giv
 def test_engine_in_process_false_execs_vllm_serve_and_serves(adapter_server):
     """engine_in_process=false: the launcher execs `vllm serve` in a fresh interpreter, which serves."""
     log = adapter_server.log()
-    assert "starting engine (exec: engine_in_process=false): " in log
+    assert "starting engine (exec: engine_in_process=false, through serving.engine_cli): " in log
     status, body = post(adapter_server.url + "/invocations", {"inputs": "Hello", "parameters": {"max_new_tokens": 3}})
     assert status == 200 and isinstance(body["generated_text"], str)
 

@@ -1,9 +1,9 @@
 """When an engine process dies under load, /ping stops saying healthy, every stream in flight
 ends (no client hangs), and the container exits non-zero within a stated bound.
 
-Each test but the last kills a server started by the launcher like the container does: at TP=1 the session's
-own server, after every other test that uses it; at TP=2 and with two API server processes (the GPU build runs
-four) a server of its own. The last reads the adapter server's start log: where vLLM is exec'd, what it warns.
+Each test kills a server started by the launcher like the container does: at TP=1 the session's own server, after
+every other test that uses it; at TP=2 and with two API server processes (the GPU build runs four) a server of its
+own; with vLLM exec'd and two API server processes the session's adapter server, after every other test that uses it.
 """
 from __future__ import annotations
 
@@ -183,10 +183,25 @@ def test_engine_death_with_several_api_servers_ends_every_stream_and_exits_nonze
         _assert_ends_with_error_record(s)
 
 
-def test_vllm_execd_with_several_api_servers_says_how_an_engine_death_ends(adapter_server):
-    """Where the launcher execs `vllm serve` (the adapter server: engine_in_process=false, two API server processes),
-    nothing of the launcher's stays to tell the API server processes: its log says what an engine death then does."""
-    log = adapter_server.log()
-    assert "starting engine (exec: engine_in_process=false)" in log
-    assert ("2 API server processes with vLLM exec'd: an engine death cuts the streams in flight and exits 1 "
-            "(vLLM's own handling)") in log
+@pytest.mark.ends_shared_server
+def test_engine_death_with_vllm_execd_and_several_api_servers_ends_every_stream(adapter_server):
+    """Where the launcher execs vLLM (the adapter server: engine_in_process=false, two API server processes), it execs
+    it through serving.engine_cli, which installs the same handling in the exec'd process: both API server processes
+    end their streams with an error record, and the container exits with the engine's status."""
+    srv = adapter_server  # shared by the session: this test runs after every other that uses it
+    try:
+        assert "starting engine (exec: engine_in_process=false, through serving.engine_cli)" in srv.log()
+        main = psutil.Process(srv.proc.pid)
+        assert main.cmdline()[1:4] == ["-m", "serving.engine_cli", "serve"], main.cmdline()
+        rc, elapsed, pings, streams = _kill_mid_load(srv, lambda ps: _named(ps, "EngineCore")[0], EXIT_BOUND_S)
+    finally:
+        stop(srv.proc)
+    log = srv.log()
+    print(f"EngineCore killed under 2 API servers, vLLM exec'd: exit {rc} at {elapsed:.1f}s")
+    assert rc == ENGINE_DEAD_EXIT, f"exit status {rc}\n{log[-3000:]}"
+    assert elapsed < EXIT_BOUND_S, f"took {elapsed:.1f}s to exit"
+    assert _last_healthy(pings) < PING_BOUND_S, pings
+    assert "ending the API server processes" in log and log.count("the engine process died; exiting") == 2, \
+        log[-3000:]
+    for s in streams:
+        _assert_ends_with_error_record(s)

@@ -110,9 +110,10 @@ class EngineWatch:
 
 
 def end_api_servers_on_engine_death() -> None:
-    """In the launcher's process, before vLLM's CLI runs in it: where `vllm serve` runs more than one API server
-    process and an engine core process dies, tell each API server process (ENGINE_DIED_SIGNAL), give them
-    API_SERVERS_EXIT_S to end their streams and exit, and exit ExitCode.ENGINE_DIED (vLLM stops what is left)."""
+    """In the launcher's process, before vLLM's CLI runs in it (serving.engine_cli, in process or exec'd): where
+    `vllm serve` runs more than one API server process and an engine core process dies, tell each API server process
+    (ENGINE_DIED_SIGNAL), give them API_SERVERS_EXIT_S to end their streams and exit, and exit ExitCode.ENGINE_DIED
+    (vLLM stops what is left)."""
     from vllm.entrypoints.cli import serve
 
     wait = serve.wait_for_completion_or_failure
