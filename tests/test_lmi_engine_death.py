@@ -98,6 +98,30 @@ def _last_healthy(pings) -> float:
     return max((t for t, status in pings if status == 200), default=0.0)
 
 
+def _engine_process_killed(srv: Server, what: str, names: tuple[str, ...] = ("EngineCore",),
+                           exit_bound: float = EXIT_BOUND_S, ping_bound: float = PING_BOUND_S) -> str:
+    """SIGKILL srv's first process named one of `names` mid-load and stop srv; assert the container exited with the
+    engine's status within exit_bound, /ping stopped answering 200 within ping_bound and every stream ended with an
+    error record (never cut, never hung). Returns srv's log."""
+    try:
+        rc, elapsed, pings, streams = _kill_mid_load(srv, lambda ps: _named(ps, *names)[0], exit_bound)
+    finally:
+        stop(srv.proc)
+    log = srv.log()
+    print(f"{names[0]} killed ({what}): last /ping 200 at {_last_healthy(pings)}s, exit {rc} at {elapsed:.1f}s")
+    assert rc == ENGINE_DEAD_EXIT, f"exit status {rc}\n{log[-3000:]}"
+    assert elapsed < exit_bound, f"took {elapsed:.1f}s to exit\n{log[-3000:]}"
+    assert _last_healthy(pings) < ping_bound, pings
+    for s in streams:  # each stream ended with a complete record naming the error -- never a hang
+        _assert_ends_with_error_record(s)
+    return log
+
+
+def _assert_both_api_servers_were_told(log: str) -> None:
+    assert "ending the API server processes" in log and log.count("the engine process died; exiting") == 2, \
+        log[-3000:]
+
+
 def _named(procs, *names):
     found = [p for p in procs if any(n in " ".join(p.cmdline()) or p.name().startswith("VLLM::" + n) for n in names)]
     assert found, f"no {names} process under the server: {[p.name() for p in procs]}"
@@ -107,20 +131,10 @@ def _named(procs, *names):
 @pytest.mark.ends_shared_server
 def test_engine_death_under_load_exits_nonzero_promptly(server):
     srv = server  # every default, as the container starts; this test runs last of its users
-    try:
-        assert _ping(srv.url) == 200
-        rc, elapsed, pings, streams = _kill_mid_load(srv, lambda ps: _named(ps, "EngineCore")[0], EXIT_BOUND_S)
-    finally:
-        stop(srv.proc)
-    log = srv.log()
-    print(f"EngineCore killed: last /ping 200 at {_last_healthy(pings)}s, exit {rc} at {elapsed:.1f}s")
-    assert rc == ENGINE_DEAD_EXIT, f"exit status {rc}\n{log[-3000:]}"
-    assert elapsed < EXIT_BOUND_S, f"took {elapsed:.1f}s to exit"
-    assert _last_healthy(pings) < PING_BOUND_S, pings
+    assert _ping(srv.url) == 200
+    log = _engine_process_killed(srv, "one API server")
     assert "the engine process died" in log
     assert _ping(srv.url) is None
-    for s in streams:  # each stream ended with a complete record naming the error -- never a hang
-        _assert_ends_with_error_record(s)
 
 
 @starts_early("tp2_server")
@@ -136,20 +150,8 @@ def tp2_server(request) -> Server:
 
 def test_tp2_worker_rank_death_does_not_hang(tp2_server):
     """Tensor parallel 2 on the CPU engine (one core per rank); SIGKILL rank 1's worker mid-load."""
-    srv = tp2_server
-    try:
-        assert "tensor_parallel_size=2" in srv.log()
-        rc, elapsed, pings, streams = _kill_mid_load(
-            srv, lambda ps: _named(ps, "Worker_TP1", "TP1")[0], TP2_EXIT_BOUND_S)
-    finally:
-        stop(srv.proc)
-    log = srv.log()
-    print(f"TP=2 rank 1 killed: last /ping 200 at {_last_healthy(pings)}s, exit {rc} at {elapsed:.1f}s")
-    assert rc == ENGINE_DEAD_EXIT, f"exit status {rc} after a rank died\n{log[-3000:]}"
-    assert elapsed < TP2_EXIT_BOUND_S, f"took {elapsed:.1f}s to exit\n{log[-3000:]}"
-    assert _last_healthy(pings) < TP2_PING_BOUND_S, pings
-    for s in streams:
-        _assert_ends_with_error_record(s)
+    assert "tensor_parallel_size=2" in tp2_server.log()
+    _engine_process_killed(tp2_server, "TP=2, rank 1", ("Worker_TP1", "TP1"), TP2_EXIT_BOUND_S, TP2_PING_BOUND_S)
 
 
 @starts_early("api_servers_server")
@@ -165,22 +167,8 @@ def api_servers_server(request) -> Server:
 def test_engine_death_with_several_api_servers_ends_every_stream_and_exits_nonzero(api_servers_server):
     """Two API server processes, where only the launcher's process watches the engine core: it tells both, whose
     streams end with their error record, and the container exits with the engine's status, not vLLM's 1."""
-    srv = api_servers_server
-    try:
-        assert "'api_server_count': 2" in srv.log()
-        rc, elapsed, pings, streams = _kill_mid_load(srv, lambda ps: _named(ps, "EngineCore")[0], EXIT_BOUND_S)
-    finally:
-        stop(srv.proc)
-    log = srv.log()
-    print(f"EngineCore killed under 2 API servers: last /ping 200 at {_last_healthy(pings)}s, exit {rc} at "
-          f"{elapsed:.1f}s")
-    assert rc == ENGINE_DEAD_EXIT, f"exit status {rc}\n{log[-3000:]}"
-    assert elapsed < EXIT_BOUND_S, f"took {elapsed:.1f}s to exit"
-    assert _last_healthy(pings) < PING_BOUND_S, pings
-    assert "ending the API server processes" in log and log.count("the engine process died; exiting") == 2, \
-        log[-3000:]
-    for s in streams:
-        _assert_ends_with_error_record(s)
+    assert "'api_server_count': 2" in api_servers_server.log()
+    _assert_both_api_servers_were_told(_engine_process_killed(api_servers_server, "2 API servers"))
 
 
 @pytest.mark.ends_shared_server
@@ -189,19 +177,7 @@ def test_engine_death_with_vllm_execd_and_several_api_servers_ends_every_stream(
     it through serving.engine_cli, which installs the same handling in the exec'd process: both API server processes
     end their streams with an error record, and the container exits with the engine's status."""
     srv = adapter_server  # shared by the session: this test runs after every other that uses it
-    try:
-        assert "starting engine (exec: engine_in_process=false, through serving.engine_cli)" in srv.log()
-        main = psutil.Process(srv.proc.pid)
-        assert main.cmdline()[1:4] == ["-m", "serving.engine_cli", "serve"], main.cmdline()
-        rc, elapsed, pings, streams = _kill_mid_load(srv, lambda ps: _named(ps, "EngineCore")[0], EXIT_BOUND_S)
-    finally:
-        stop(srv.proc)
-    log = srv.log()
-    print(f"EngineCore killed under 2 API servers, vLLM exec'd: exit {rc} at {elapsed:.1f}s")
-    assert rc == ENGINE_DEAD_EXIT, f"exit status {rc}\n{log[-3000:]}"
-    assert elapsed < EXIT_BOUND_S, f"took {elapsed:.1f}s to exit"
-    assert _last_healthy(pings) < PING_BOUND_S, pings
-    assert "ending the API server processes" in log and log.count("the engine process died; exiting") == 2, \
-        log[-3000:]
-    for s in streams:
-        _assert_ends_with_error_record(s)
+    assert "starting engine (exec: engine_in_process=false, through serving.engine_cli)" in srv.log()
+    main = psutil.Process(srv.proc.pid)
+    assert main.cmdline()[1:4] == ["-m", "serving.engine_cli", "serve"], main.cmdline()
+    _assert_both_api_servers_were_told(_engine_process_killed(srv, "2 API servers, vLLM exec'd"))
