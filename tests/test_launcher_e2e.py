@@ -80,6 +80,24 @@ def test_engine_in_process_false_execs_vllm_serve_and_serves(adapter_server):
     assert status == 200 and isinstance(body["generated_text"], str)
 
 
+def _successes(url: str) -> float:
+    """vLLM's finished-request counter as one /metrics answer gives it, summed over its labels."""
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
+        lines = r.read().decode().splitlines()
+    return sum(float(ln.rsplit(" ", 1)[1]) for ln in lines if ln.startswith("vllm:request_success_total{"))
+
+
+def test_metrics_count_every_api_server_process_in_each_answer(adapter_server):
+    """With several API server processes (the adapter server runs two; the GPU build four) each serves some of the
+    requests, and every /metrics answer, whichever process gives it, counts them all (vLLM's multiprocess collector)."""
+    url, n = adapter_server.url, 8
+    before = _successes(url)
+    for i in range(n):
+        status, _ = post(url + "/invocations", {"inputs": f"count {i}", "parameters": {"max_new_tokens": 2}})
+        assert status == 200
+    assert [_successes(url) - before for _ in range(6)] == [n] * 6
+
+
 def test_startup_log_masks_the_hub_token(server):
     from conftest import PLANTED_SECRET
 
