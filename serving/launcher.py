@@ -556,16 +556,6 @@ def top_level_modules(folder: Path) -> set[str]:
     return names
 
 
-def api_server_count(p: Plan) -> int:
-    """The API server processes vLLM will start for plan p (1 where unset or not a number: vLLM's parser refuses
-    the latter, naming it)."""
-    count = p.resolved.get("api_server_count")
-    try:
-        return int(count.raw) if count is not None else 1
-    except ValueError:
-        return 1
-
-
 def become_engine(p: Plan) -> int:
     """Become the engine: vLLM's CLI in this process with the plan's environment, path and arguments (through
     serving.engine_cli), or where `in_process_blocker` says why not, os.execvpe of the same through
@@ -578,14 +568,8 @@ def become_engine(p: Plan) -> int:
     sys.stderr.flush()
     cli_args = p.argv[len(ENGINE_COMMAND):]  # `serve MODEL ...`
     if blocker is not None:
-        if ours:
-            argv = [sys.executable, "-m", ENGINE_CLI, *cli_args]
-            os.execvpe(argv[0], argv, p.env)
-        if (servers := api_server_count(p)) > 1:
-            log.warning("%d API server processes with an engine command other than vLLM's CLI under %s: an engine "
-                        "death cuts the streams in flight and exits 1 (vLLM's own handling)", servers,
-                        sys.executable)
-        os.execvpe(p.argv[0], p.argv, p.env)
+        argv = [sys.executable, "-m", ENGINE_CLI, *cli_args] if ours else p.argv
+        os.execvpe(argv[0], argv, p.env)
     # the plan's environment over this process's, which keeps what importing vLLM set in it (as a fresh
     # interpreter's import sets it again): its spawned engine processes inherit both
     os.environ.update(p.env)
