@@ -749,3 +749,44 @@ def test_the_image_against_vllm_034_at_128_clients_is_the_recorded_run_45():
         shard = "per-tensor" if "tensor" in model else "EP8"
         assert f"{m}x on the {shard} shard" in readme  # m: the 128-client median, the last of clients
         assert start_against(res, model, "vllm-latest") in goals
+
+
+def test_the_image_against_stock_032_at_128_clients_is_the_recorded_run_46():
+    """Run 46 on an H100: the image over stock vLLM 0.32.0 on the EP8 block shard at 1 and 128 clients by both clients,
+    vLLM's client's TTFT p50 at 128 and the start, each where the archive, the headline, the goals row, the peers
+    table, the index row and README give it; and the peers' 128-client baseline, chained through the image arm of
+    runs 45 (vLLM 0.34) and 44b (SGLang)."""
+    data = ROOT / "bench" / "data"
+    model = "qwen3-235b-ep8-block@94L"
+    readme = (ROOT / "README.md").read_text().replace("\n", " ")
+    section, goals, row = archived("46").replace("\n  ", " "), GOALS.replace("\n", " "), index_row_of("46")
+    headline = HEADLINE.replace("\n  ", " ")
+    res = json.loads((data / "h100_block_46" / "e2e.json").read_text())
+    assert res["args"]["arms"] == "['stock', 'image']" and res["args"]["image_no_nvcc"] == "True"
+    image_over_stock = {}
+    for c in ("1", "128"):
+        ratios, cross = tok_s(res, model, c)
+        assert len(ratios) == 3 and len(cross) == 1, c
+        m, rng, cm = f"{statistics.median(ratios):.3f}", f"({ratios[0]:.3f}-{ratios[-1]:.3f})", f"{cross[0]:.3f}"
+        image_over_stock[c] = statistics.median(ratios)
+        assert f"**{m}** {rng}" in section and f"{m} {rng}" in goals, c
+        assert f"**{m}x**" in headline and f"{m}x" in row and f"{cm}x" in row and f"{cm}x" in headline, c
+        assert f"| {cm} |" in archived("46"), c
+    assert f"{image_over_stock['128']:.3f}x stock 0.32's" in readme
+    runs = res["models"][model]["cross_check"]
+    ttft = runs["image"][0]["latency"]["128"]["ttft_p50_ms"] / runs["stock"][0]["latency"]["128"]["ttft_p50_ms"]
+    assert f"**{ttft:.3f}**" in section and f"{ttft:.3f}x" in row
+    image, stock = (res["servers"][f"{model}.{arm}"] for arm in ("image", "stock"))
+    assert (f"{image['ready_s']:.1f} against {stock['ready_s']:.1f}; {image['first_ttft_ms']:.1f} against "
+            f"{stock['first_ttft_ms']:.1f}") in section
+    assert f"run 46 (an H100): image {image['ready_s']:.0f}, {image['first_ttft_ms']:.0f}, stock " \
+           f"{stock['ready_s']:.0f}, {stock['first_ttft_ms']:.0f}" in HEADLINE
+    # the peers over stock 0.32 at 128 clients: image/stock here over image/peer in the peer's run
+    peers_row = next(ln for ln in HEADLINE.splitlines() if ln.startswith("| over stock 0.32:"))
+    for folder, image_arm, peer, name, full in (("h100_block_45", "image", "vllm-latest", "vLLM 0.34", "vLLM 0.34.0"),
+                                                ("h100_block_44b", "image-api-servers", "sglang", "SGLang", "SGLang 0.5.21")):
+        other = json.loads((data / folder / "e2e.json").read_text())
+        chained = image_over_stock["128"] / statistics.median(
+            paired_ratios([other], model, "throughput", "tok_s", "128", arm=image_arm, base=peer))
+        assert f"{name} {chained:.3f}" in peers_row, name
+        assert f"{full} **{chained:.3f}x**" in section, name
