@@ -783,8 +783,9 @@ def test_the_image_against_stock_032_at_128_clients_is_the_recorded_run_46():
            f"{stock['ready_s']:.0f}, {stock['first_ttft_ms']:.0f}" in HEADLINE
     # the peers over stock 0.32 at 128 clients: image/stock here over image/peer in the peer's run
     peers_row = next(ln for ln in HEADLINE.splitlines() if ln.startswith("| over stock 0.32:"))
-    for folder, image_arm, peer, name, full in (("h100_block_45", "image", "vllm-latest", "vLLM 0.34", "vLLM 0.34.0"),
-                                                ("h100_block_44b", "image-api-servers", "sglang", "SGLang", "SGLang 0.5.21")):
+    peers = (("h100_block_45", "image", "vllm-latest", "vLLM 0.34", "vLLM 0.34.0"),
+             ("h100_block_44b", "image-api-servers", "sglang", "SGLang", "SGLang 0.5.21"))
+    for folder, image_arm, peer, name, full in peers:
         other = json.loads((data / folder / "e2e.json").read_text())
         chained = image_over_stock["128"] / statistics.median(
             paired_ratios([other], model, "throughput", "tok_s", "128", arm=image_arm, base=peer))
