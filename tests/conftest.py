@@ -47,6 +47,11 @@ READY_TIMEOUT_S = 600  # several servers boot side by side on 2 cores while othe
 _RUNNING: list[pytest.Item] = []  # the test being set up or run
 
 
+def metric_total(exposition: str, name: str) -> float:
+    """The sum of metric `name`'s samples over its label sets in a Prometheus text answer (a /metrics body)."""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in exposition.splitlines() if line.startswith(name + "{"))
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     _RUNNING[:] = [item]

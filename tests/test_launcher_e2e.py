@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import metric_total
+
 pytestmark = pytest.mark.engine
 
 
@@ -83,8 +85,7 @@ def test_engine_in_process_false_execs_vllm_serve_and_serves(adapter_server):
 def _successes(url: str) -> float:
     """vLLM's finished-request counter as one /metrics answer gives it, summed over its labels."""
     with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
-        lines = r.read().decode().splitlines()
-    return sum(float(ln.rsplit(" ", 1)[1]) for ln in lines if ln.startswith("vllm:request_success_total{"))
+        return metric_total(r.read().decode(), "vllm:request_success_total")
 
 
 def test_metrics_count_every_api_server_process_in_each_answer(adapter_server):

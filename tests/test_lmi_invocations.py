@@ -12,6 +12,8 @@ import time
 import httpx
 import pytest
 
+from conftest import metric_total
+
 pytestmark = pytest.mark.engine
 
 PROMPT = "Deep learning is"
@@ -325,12 +327,8 @@ def test_size_limit_setting_parses_and_refuses_nonsense():
 
 # -- a client that goes away: the engine stops working on its request -----------------------
 
-def _metric(http, name: str, reason: str | None = None) -> float:
-    total = 0.0
-    for line in http.get("/metrics").text.splitlines():
-        if line.startswith(name + "{") and (reason is None or f'finished_reason="{reason}"' in line):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+def _metric(http, name: str) -> float:
+    return metric_total(http.get("/metrics").text, name)
 
 
 def _engine_stopped_early(http, tokens_before: float) -> bool:
