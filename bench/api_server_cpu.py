@@ -2,7 +2,7 @@
 launcher serving the embedded tiny model on the CPU engine, with one or more API server processes.
 
     .venv/bin/python -m bench.api_server_cpu [--api-servers 1] [--requests 128] [--tokens 1 32] [--bursts 4]
-                                             [--json FILE]
+                                             [--url URL] [--json FILE]
 
 Each burst sends --requests streamed /v1/completions at once (fresh 128-character text prompts, which the API server
 tokenizes; greedy, ignore_eos, max_tokens each of --tokens) after one unmeasured burst. The figure is the CPU time
@@ -11,43 +11,68 @@ processes, and with more than one the idle process that made their socket. Print
 costs them at each --tokens and one more streamed token's cost. One API server process does this work for every
 request in turn, so in a burst of R requests the last reaches the engine about R times the first figure after the
 first. The engine shares this machine's cores, so the figures are its Python and CPU, not a GPU host's.
+
+--url measures a server already running on this machine (the launcher's, on loopback) instead of starting one; it
+must run --api-servers API server processes. Where the server guards /v1 with an API key, OPENAI_API_KEY holds it
+(as for vLLM's `vllm bench serve`).
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
+import os
 import random
 import string
+import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import aiohttp
 import psutil
 
-from bench.e2e.workload import request_json
 from tools.launcher_process import start_launcher, stop
 
 PROMPT_CHARS = 128
 
 
-def listening(pid: int, port: int) -> list[psutil.Process]:
-    """The process `pid` and its descendants that listen on `port`."""
-    root = psutil.Process(pid)
+def listening(port: int) -> list[psutil.Process]:
+    """The processes of this machine that listen on TCP `port` (each process that holds the listening socket: API
+    server processes share one, which psutil.net_connections reports under one of them only)."""
     out = []
-    for p in (root, *root.children(recursive=True)):
+    for p in psutil.process_iter():
         try:
             if any(c.status == psutil.CONN_LISTEN and c.laddr.port == port for c in p.net_connections("tcp")):
                 out.append(p)
-        except psutil.NoSuchProcess:
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
     return out
 
 
+def processes_of(api_servers: int) -> int:
+    """How many processes listen on the port of a launcher running `api_servers` API server processes: the one, or
+    each of several and the process that made their socket."""
+    return 1 if api_servers == 1 else api_servers + 1
+
+
 def cpu_seconds(procs: list[psutil.Process]) -> float:
     return sum(t.user + t.system for t in (p.cpu_times() for p in procs))
+
+
+def auth_headers() -> dict[str, str]:
+    """The bearer token of OPENAI_API_KEY, where it is set."""
+    key = os.environ.get("OPENAI_API_KEY")
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def model_id(url: str) -> str:
+    """The id of the model the server at `url` serves (its /v1/models)."""
+    req = urllib.request.Request(url + "/v1/models", headers=auth_headers())
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return json.load(r)["data"][0]["id"]
 
 
 async def burst(url: str, model: str, n: int, tokens: int, rnd: random.Random) -> int:
@@ -67,28 +92,40 @@ async def burst(url: str, model: str, n: int, tokens: int, rnd: random.Random) -
 
     prompts = ["".join(rnd.choices(string.ascii_letters + string.digits, k=PROMPT_CHARS)) for _ in range(n)]
     timeout = aiohttp.ClientTimeout(total=600)
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=timeout) as session:
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=timeout,
+                                     headers=auth_headers()) as session:
         return sum(await asyncio.gather(*(one(session, p) for p in prompts)))
 
 
-def measure(api_servers: int, requests: int, tokens: list[int], bursts: int) -> dict:
+def measure(api_servers: int, requests: int, tokens: list[int], bursts: int, url: str | None = None) -> dict:
+    """The figures of the server at `url`, or of a launcher started for them with `api_servers` API servers."""
+    if url is not None:
+        return measure_server(url, api_servers, requests, tokens, bursts)
     with tempfile.TemporaryDirectory() as tmp:
         srv = start_launcher(Path(tmp), {"OPTION_API_SERVER_COUNT": str(api_servers)})
         try:
-            model_id = request_json(srv.host, "GET", "/v1/models")["data"][0]["id"]
-            procs = listening(srv.proc.pid, urlsplit(srv.url).port)
-            rnd = random.Random(0)
-            asyncio.run(burst(srv.url, model_id, requests, max(tokens), rnd))  # unmeasured: first-use costs
-            per_request = {}
-            for t in tokens:
-                before, start = cpu_seconds(procs), time.monotonic()
-                got = sum(asyncio.run(burst(srv.url, model_id, requests, t, rnd)) for _ in range(bursts))
-                cpu, wall = cpu_seconds(procs) - before, time.monotonic() - start
-                if got != bursts * requests * t:
-                    raise RuntimeError(f"the streams counted {got} tokens, not {bursts * requests * t}")
-                per_request[t] = {"cpu_ms": cpu * 1e3 / (bursts * requests), "wall_s": wall}
+            return measure_server(srv.url, api_servers, requests, tokens, bursts)
         finally:
             stop(srv.proc)
+
+
+def measure_server(url: str, api_servers: int, requests: int, tokens: list[int], bursts: int) -> dict:
+    parts = urlsplit(url)
+    procs = listening(parts.port or 80)
+    if len(procs) != processes_of(api_servers):
+        raise RuntimeError(f"{len(procs)} process(es) listen on {url}, not the {processes_of(api_servers)} of "
+                           f"{api_servers} API server process(es): give --api-servers as the server runs")
+    model = model_id(url)
+    rnd = random.Random(0)
+    asyncio.run(burst(url, model, requests, max(tokens), rnd))  # unmeasured: first-use costs
+    per_request = {}
+    for t in tokens:
+        before, start = cpu_seconds(procs), time.monotonic()
+        got = sum(asyncio.run(burst(url, model, requests, t, rnd)) for _ in range(bursts))
+        cpu, wall = cpu_seconds(procs) - before, time.monotonic() - start
+        if got != bursts * requests * t:
+            raise RuntimeError(f"the streams counted {got} tokens, not {bursts * requests * t}")
+        per_request[t] = {"cpu_ms": cpu * 1e3 / (bursts * requests), "wall_s": wall}
     low, high = min(tokens), max(tokens)
     extra = ((per_request[high]["cpu_ms"] - per_request[low]["cpu_ms"]) / (high - low)) if high > low else None
     return {"api_servers": api_servers, "processes": len(procs), "requests": requests, "bursts": bursts,
@@ -111,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--requests", type=int, default=128)
     p.add_argument("--tokens", type=int, nargs="+", default=[1, 32])
     p.add_argument("--bursts", type=int, default=4)
+    p.add_argument("--url", help="a running server on this machine (default: start the launcher)")
     p.add_argument("--json", type=Path)
     a = p.parse_args(argv)
     for name in ("api_servers", "requests", "bursts"):
@@ -118,7 +156,13 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"--{name.replace('_', '-')}: 1 or more, not {getattr(a, name)}")
     if min(a.tokens) < 1:
         p.error(f"--tokens: each 1 or more, not {min(a.tokens)}")
-    res = measure(a.api_servers, a.requests, sorted(set(a.tokens)), a.bursts)
+    if a.url is not None and urlsplit(a.url).hostname not in ("127.0.0.1", "localhost", "::1"):
+        p.error(f"--url: a loopback address (the server's processes are read on this machine), not {a.url}")
+    try:
+        res = measure(a.api_servers, a.requests, sorted(set(a.tokens)), a.bursts, a.url)
+    except (RuntimeError, OSError) as e:  # OSError: urllib's HTTPError and URLError among them
+        print(f"python -m bench.api_server_cpu: {e}", file=sys.stderr)
+        return 1
     print(report(res))
     if a.json:
         a.json.write_text(json.dumps(res, indent=1))

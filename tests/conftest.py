@@ -372,6 +372,21 @@ def adapter_server(request) -> Server:
     stop(srv.proc)
 
 
+@starts_early("api_servers_server")
+def _api_servers_server(tmp: Path, nice: int) -> Server:
+    return spawn_server(tmp, {"OPTION_API_SERVER_COUNT": "2", **EAGER}, nice=nice)
+
+
+@pytest.fixture(scope="session")
+def api_servers_server(request) -> Server:
+    """The launcher with two API server processes (option.api_server_count 2; the GPU build runs four), vLLM's CLI
+    in its process, serving eager; shared by the session (tests/test_lmi_engine_death.py kills its engine at the
+    end)."""
+    srv = await_server(early(request, "api_servers_server"), "api_servers_server")
+    yield srv
+    stop(srv.proc)
+
+
 @pytest.fixture(scope="session")
 def va():
     """vLLM's own argument parser as the launcher reads it (serving/vllm_args.py), built once: plan() takes it."""

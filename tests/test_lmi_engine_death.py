@@ -2,8 +2,9 @@
 ends (no client hangs), and the container exits non-zero within a stated bound.
 
 Each test kills a server started by the launcher like the container does: at TP=1 the session's own server, after
-every other test that uses it; at TP=2 and with two API server processes (the GPU build runs four) a server of its
-own; with vLLM exec'd and two API server processes the session's adapter server, after every other test that uses it.
+every other test that uses it; at TP=2 a server of its own; with two API server processes (the GPU build runs four)
+the session's api_servers_server, and with vLLM exec'd and two API server processes its adapter server, each after
+every other test that uses it.
 """
 from __future__ import annotations
 
@@ -154,19 +155,11 @@ def test_tp2_worker_rank_death_does_not_hang(tp2_server):
     _engine_process_killed(tp2_server, "TP=2, rank 1", ("Worker_TP1", "TP1"), TP2_EXIT_BOUND_S, TP2_PING_BOUND_S)
 
 
-@starts_early("api_servers_server")
-def _api_servers_server(tmp: Path, nice: int) -> Server:
-    return spawn_server(tmp, {"OPTION_API_SERVER_COUNT": "2", **EAGER}, nice=nice)
-
-
-@pytest.fixture
-def api_servers_server(request) -> Server:
-    return await_server(early(request, "api_servers_server"), "api_servers_server")
-
-
+@pytest.mark.ends_shared_server
 def test_engine_death_with_several_api_servers_ends_every_stream_and_exits_nonzero(api_servers_server):
     """Two API server processes, where only the launcher's process watches the engine core: it tells both, whose
-    streams end with their error record, and the container exits with the engine's status, not vLLM's 1."""
+    streams end with their error record, and the container exits with the engine's status, not vLLM's 1 (the
+    session's server of two API servers, after every other test that uses it)."""
     assert "'api_server_count': 2" in api_servers_server.log()
     _assert_both_api_servers_were_told(_engine_process_killed(api_servers_server, "2 API servers"))
 
