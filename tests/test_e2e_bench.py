@@ -650,11 +650,17 @@ def test_the_start_arms_are_the_image_with_one_of_vllms_start_defaults(tmp_path,
     plans = {arm: launcher.plan(envs[arm] | {"OPTION_MODEL_ID": "Qwen/Qwen3-0.6B"}, VllmArgs()) for arm in arms}
     assert all(plans[arm].argv == plans["image"].argv for arm in arms)
     assert envs["stock-debug"]["VLLM_LOGGING_LEVEL"] == "DEBUG"
-    read = ("import vllm.envs as e; print(e.VLLM_USE_AOT_COMPILE, e.VLLM_DISABLE_COMPILE_CACHE, "
-            "e.VLLM_WORKER_MULTIPROC_METHOD)")
-    seen = {arm: subprocess.run([sys.executable, "-c", read], env=plans[arm].env, capture_output=True, text=True,
-                                check=True, timeout=120).stdout.splitlines()[-1]
-            for arm in plans}
+    # one interpreter reads every arm's environment in turn: vllm.envs evaluates a variable at each read (until
+    # enable_envs_cache(), which only a started engine calls)
+    read = ("import json, os, sys, vllm.envs as e\n"
+            "assert not e._is_envs_cache_enabled()\n"
+            "for env in json.load(sys.stdin):\n"
+            "    os.environ.clear(); os.environ.update(env)\n"
+            "    print('read:', e.VLLM_USE_AOT_COMPILE, e.VLLM_DISABLE_COMPILE_CACHE, e.VLLM_WORKER_MULTIPROC_METHOD)")
+    done = subprocess.run([sys.executable, "-c", read], env=plans["image"].env, capture_output=True, text=True,
+                          check=True, timeout=120, input=json.dumps([plans[arm].env for arm in plans]))
+    lines = [ln.removeprefix("read: ") for ln in done.stdout.splitlines() if ln.startswith("read: ")]
+    seen = dict(zip(plans, lines, strict=True))
     assert seen == {"image": "True True fork", models.NO_AOT_COMPILE_ARM: "False True fork",
                     models.COMPILE_CACHE_ARM: "True False fork", models.SPAWN_ARM: "True True spawn"}
 
