@@ -85,8 +85,14 @@ def long_context_model(out: Path) -> Path:
     return ensure(out, TinySpec(max_position=LONG + 1024))
 
 
+_LONG_CONTEXT: list[Path] = []  # the model folder both drain servers serve, made by the first one's start
+
+
 def _spawn_drain_server(tmp: Path, nice: int, extra: dict[str, str]) -> Server:
-    model = made_by_child("test_drain:long_context_model", tmp / "long-context")
+    # early starts are made one at a time (conftest.EarlyStarts.get holds its lock), so the second finds the first's
+    if not _LONG_CONTEXT:
+        _LONG_CONTEXT.append(made_by_child("test_drain:long_context_model", tmp / "long-context"))
+    model = _LONG_CONTEXT[0]
     return spawn_server(tmp, {"OPTION_SHUTDOWN_TIMEOUT": str(DRAIN_S), "OPTION_MODEL_ID": str(model),
                               "OPTION_MAX_MODEL_LEN": str(LONG + 1024), **EAGER, **extra}, nice=nice)
 
