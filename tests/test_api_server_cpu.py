@@ -43,6 +43,6 @@ def test_two_api_servers_serve_every_token_and_the_figures_add_up(api_servers_se
 @pytest.mark.parametrize("args, error", [(["--requests", "0"], "--requests: 1 or more, not 0"),
                                          (["--tokens", "2", "0"], "--tokens: each 1 or more, not 0"),
                                          (["--url", "http://192.0.2.1:8080"], "--url: a loopback address")])
-def test_a_count_below_one_is_named(args, error):
+def test_a_bad_argument_is_named(args, error):
     r = run(*args, timeout=60)
     assert r.returncode == 2 and error in r.stderr
