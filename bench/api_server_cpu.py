@@ -27,13 +27,13 @@ import string
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import aiohttp
 import psutil
 
+from bench.e2e.workload import request_json
 from tools.launcher_process import start_launcher, stop
 
 PROMPT_CHARS = 128
@@ -66,13 +66,6 @@ def auth_headers() -> dict[str, str]:
     """The bearer token of OPENAI_API_KEY, where it is set."""
     key = os.environ.get("OPENAI_API_KEY")
     return {"Authorization": f"Bearer {key}"} if key else {}
-
-
-def model_id(url: str) -> str:
-    """The id of the model the server at `url` serves (its /v1/models)."""
-    req = urllib.request.Request(url + "/v1/models", headers=auth_headers())
-    with urllib.request.urlopen(req, timeout=60) as r:
-        return json.load(r)["data"][0]["id"]
 
 
 async def burst(url: str, model: str, n: int, tokens: int, rnd: random.Random) -> int:
@@ -115,7 +108,7 @@ def measure_server(url: str, api_servers: int, requests: int, tokens: list[int],
     if len(procs) != processes_of(api_servers):
         raise RuntimeError(f"{len(procs)} process(es) listen on {url}, not the {processes_of(api_servers)} of "
                            f"{api_servers} API server process(es): give --api-servers as the server runs")
-    model = model_id(url)
+    model = request_json(parts.netloc, "GET", "/v1/models", timeout=60, headers=auth_headers())["data"][0]["id"]
     rnd = random.Random(0)
     asyncio.run(burst(url, model, requests, max(tokens), rnd))  # unmeasured: first-use costs
     per_request = {}
@@ -160,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--url: a loopback address (the server's processes are read on this machine), not {a.url}")
     try:
         res = measure(a.api_servers, a.requests, sorted(set(a.tokens)), a.bursts, a.url)
-    except (RuntimeError, OSError) as e:  # OSError: urllib's HTTPError and URLError among them
+    except (RuntimeError, OSError) as e:  # RuntimeError: an answer not 200 or a bad count; OSError: no connection
         print(f"python -m bench.api_server_cpu: {e}", file=sys.stderr)
         return 1
     print(report(res))

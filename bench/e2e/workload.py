@@ -32,16 +32,18 @@ def repetition_order(arms: list[str], rep: int) -> list[str]:
     return list(arms) if rep % 2 == 0 else list(arms)[::-1]
 
 
-def _request(host: str, method: str, path: str, body: dict | None = None, timeout: float = 600):
+def _request(host: str, method: str, path: str, body: dict | None = None, timeout: float = 600,
+             headers: dict[str, str] | None = None):
     conn = http.client.HTTPConnection(host, timeout=timeout)
     conn.request(method, path, body=json.dumps(body) if body is not None else None,
-                 headers={"Content-Type": "application/json"})
+                 headers={"Content-Type": "application/json", **(headers or {})})
     return conn, conn.getresponse()
 
 
-def request_ok(host: str, method: str, path: str, body: dict | None = None, timeout: float = 600) -> bytes:
-    """One request; its answer's bytes, RuntimeError unless 200."""
-    conn, r = _request(host, method, path, body, timeout)
+def request_ok(host: str, method: str, path: str, body: dict | None = None, timeout: float = 600,
+               headers: dict[str, str] | None = None) -> bytes:
+    """One request (with `headers` besides its content type); its answer's bytes, RuntimeError unless 200."""
+    conn, r = _request(host, method, path, body, timeout, headers)
     try:
         data = r.read()
         if r.status != 200:
@@ -51,9 +53,10 @@ def request_ok(host: str, method: str, path: str, body: dict | None = None, time
         conn.close()
 
 
-def request_json(host: str, method: str, path: str, body: dict | None = None, timeout: float = 600) -> dict:
+def request_json(host: str, method: str, path: str, body: dict | None = None, timeout: float = 600,
+                 headers: dict[str, str] | None = None) -> dict:
     """One request; its JSON answer ({} when empty), RuntimeError unless 200."""
-    data = request_ok(host, method, path, body, timeout)
+    data = request_ok(host, method, path, body, timeout, headers)
     return json.loads(data) if data else {}
 
 
