@@ -82,7 +82,7 @@ RUN python -m serving.vllm_patches apply
 # The applied patches must be the ones the label names, and the vLLM the one VLLM_VERSION names.
 RUN python -m serving.vllm_patches check --vllm-version "${VLLM_VERSION}" --expect-patches "${PATCHES}"
 # vLLM's model-info files for the MoE architectures, which the launcher lays into vLLM's cache folder at each start:
-# without them vLLM's API server inspects the model's class in a child Python at every cold start (12-15 s).
+# without them vLLM's API server inspects the model's class in a child Python at every cold start.
 RUN python -m serving.modelinfo_cache build
 
 # Non-root user; every path it writes is its own. LMI_CACHE_DIR holds the embedded tiny model
