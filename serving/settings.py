@@ -1,210 +1,33 @@
-"""The one table of settings the container understands.
+"""The one table of settings the container understands, and what is derived from it.
 
-Each setting is declared once: its canonical key (the `option.<key>` of
-serving.properties), the LMI aliases users bring, extra environment names from
-the TGI/HF convention, the vLLM flag it becomes, its type and default.
-Everything else is derived from this table: the environment names
-(`OPTION_<KEY>` for the key and every alias, `SM_VLLM_<FLAG>` for the flag),
-their precedence (`rank`), the dry-run report, and README's settings section
-(checked by a test). The typed `Settings` object the launcher hands on is
-written out field by field for editors; a test holds it equal to the table.
+Each setting is declared once, as a `Setting` row of SETTINGS: its canonical key (the `option.<key>` of
+serving.properties), the LMI aliases users bring, extra environment names from the TGI/HF convention, the vLLM
+flag it becomes, its parser (whose return type is the value's type), its default, its help and the reasons
+behind the default (`why`). Everything else comes from this table: the environment names (`OPTION_<KEY>` for
+the key and every alias, `SM_VLLM_<FLAG>` for the flag), their precedence (`rank`), the typed `Settings` object
+the launcher hands on (one field per row), the dry-run report, `--list-settings`, and docs/settings.md
+(`python -m serving.settings_doc --write`). Adding a setting is adding a row.
 
-Keys that are not declared here but are arguments of the installed vLLM's
-OpenAI server pass through unchanged (see `vllm_args.py`).
+Keys that are not declared here but are arguments of the installed vLLM's OpenAI server pass through unchanged
+(see `vllm_args.py`).
 """
 from __future__ import annotations
 
 import dataclasses
-import re
-import typing
-from dataclasses import dataclass
-from enum import IntEnum
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Iterable, Mapping
 
 from .paths import CONFIGS_DIR
-from .tuned_configs import OWN_ONLY
+from .settings_model import Level, Setting, rank, sm_vllm_name, value_type
+from .settings_parsers import (DTYPE_ALIASES, Context, SettingValueError, expand_tp, flag_set, parse_bool,
+                               parse_device_name, parse_dtype, parse_int, parse_non_negative_int, parse_path,
+                               parse_positive_int, parse_str, parse_tp)
 
-
-class SettingValueError(ValueError):
-    """A value that does not parse; the message says what is allowed."""
-
-
-def parse_bool(raw: str) -> bool:
-    v = raw.strip().lower()
-    if v in ("true", "1", "yes", "on"):
-        return True
-    if v in ("false", "0", "no", "off"):
-        return False
-    raise SettingValueError(f"{raw!r} is not a boolean (allowed: true/false, 1/0, yes/no, on/off)")
-
-
-def flag_set(raw: str) -> bool:
-    """A boolean vLLM flag's raw value as the launcher reads it before vLLM does: a value parse_bool refuses counts
-    as set (vLLM's parser refuses it later, naming the key)."""
-    try:
-        return parse_bool(raw)
-    except SettingValueError:
-        return True
-
-
-def parse_int(raw: str) -> int:
-    try:
-        return int(raw.strip())
-    except ValueError:
-        raise SettingValueError(f"{raw!r} is not an integer") from None
-
-
-def parse_positive_int(raw: str) -> int:
-    n = parse_int(raw)
-    if n < 1:
-        raise SettingValueError(f"{raw!r} must be a positive integer")
-    return n
-
-
-def parse_non_negative_int(raw: str) -> int:
-    n = parse_int(raw)
-    if n < 0:
-        raise SettingValueError(f"{raw!r} must be 0 or a positive integer")
-    return n
-
-
-def parse_str(raw: str) -> str:
-    return raw.strip()
-
-
-def parse_device_name(raw: str) -> str:
-    """A GPU's name as vLLM's config file names spell it (spaces as underscores), or OWN_ONLY ("none")."""
-    v = raw.strip().replace(" ", "_")
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", v):
-        raise SettingValueError(f"{raw!r} is not a GPU's name as config file names spell it (e.g. NVIDIA_H200) "
-                                f"or {OWN_ONLY}")
-    return OWN_ONLY if v.lower() == OWN_ONLY else v
-
-
-def parse_path(raw: str) -> Path:
-    return Path(raw.strip()).expanduser()
-
-
-# LMI's and TGI's dtype names -> vLLM's.
-DTYPE_ALIASES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
-
-
-def parse_dtype(raw: str) -> str:
-    v = raw.strip().lower()
-    if v == "int8":
-        raise SettingValueError("'int8' is lmi-dist's weight quantization; use option.quantize (e.g. fp8) with "
-                                "dtype auto, bf16 or fp16")
-    return DTYPE_ALIASES.get(v, raw.strip())
-
-
-def parse_tp(raw: str) -> int | str:
-    """Tensor parallel degree: a positive integer, or `max` for every visible GPU."""
-    v = raw.strip().lower()
-    if v == "max":
-        return "max"
-    n = parse_int(v)
-    if n < 1:
-        raise SettingValueError(f"{raw!r} must be a positive integer or 'max'")
-    return n
-
-
-@dataclass(frozen=True)
-class Setting:
-    key: str
-    help: str
-    parse: Callable[[str], object] = parse_str
-    default: object = None
-    flag: str | None = None            # vLLM OpenAI-server flag; None: the launcher uses it itself
-    aliases: tuple[str, ...] = ()      # other option keys (LMI names) for the same setting
-    env: tuple[str, ...] = ()          # environment names of other conventions (TGI/HF), weakest first
-    secret: bool = False               # never printed
-    engine_env: str | None = None      # handed to the engine in this environment variable (secrets: never argv,
-                                       # which /proc, ps and vLLM's own "non-default args" log line would show)
-    example: str = ""
-    default_text: str = ""             # the default as README shows it, where the value depends on the machine
-    # A place the container finds things in (model folder, cache, Python): read from its environment
-    # names only (serving.properties lives in one of them), and shown by the report's model and env
-    # lines rather than as a setting line.
-    location: bool = False
-    # Turns a parsed value that depends on the machine (tensor_parallel_size=max) into the value used.
-    contextual: Callable[[object, "Context"], object] | None = None
-    # Accepted from LMI/TGI/SageMaker but nothing to do here: why, logged once at start.
-    no_effect: str = ""
-    # The only values this container can honour (compared lower-case); any other stops the start
-    # with `instead` saying what to use.
-    choices: tuple[str, ...] = ()
-    instead: str = ""
-    top_level: bool = False  # serving.properties writes it without "option." (LMI's model-server keys)
-    reader: str = ""  # who reads it where not the launcher alone (README's flag column)
-
-    @property
-    def option_keys(self) -> tuple[str, ...]:
-        return () if self.location else (self.key, *self.aliases)
-
-    @property
-    def env_names(self) -> tuple[str, ...]:
-        """Every environment name, strongest first (the order `rank` gives them)."""
-        names = [f"OPTION_{k.upper()}" for k in self.option_keys]
-        if self.flag and not self.location:
-            names.append(sm_vllm_name(self.flag))
-        names.extend(self.env)
-        names = list(dict.fromkeys(names))
-        return tuple(sorted(names, key=lambda n: rank(Level.ENV, self, n), reverse=True))
-
-
-class Level(IntEnum):
-    """Where a value came from, weakest first."""
-    DEFAULT = 0   # the table's default
-    CONTEXT = 1   # a default that depends on the build or the model (CPU KV cache, the tiny model's context)
-    FILE = 2      # serving.properties
-    ENV = 3       # the environment
-
-
-def rank(level: Level, setting: "Setting | None", name: str) -> tuple[int, int, int]:
-    """The one precedence rule: the candidate with the higher rank wins.
-
-    Sources are ordered by `level`. Within one source the name used decides: the canonical key
-    (`option.<key>`, `OPTION_<KEY>`) beats an alias or vLLM's name of the setting, which beats
-    `SM_VLLM_<FLAG>`, which beats the other conventions' names (later in `Setting.env`: stronger).
-    `name` is the environment name for ENV, the option key otherwise; `setting` is None for a
-    vLLM pass-through key.
-    """
-    if level is not Level.ENV:
-        key = name.replace("-", "_").lower()
-        return (level, 3 if setting is not None and key == setting.key else 2, 0)
-    if setting is not None and name in setting.env:
-        return (level, 0, setting.env.index(name))
-    if name.startswith("SM_VLLM_"):
-        return (level, 1, 0)
-    key = name.removeprefix("OPTION_").lower()
-    if setting is not None and key in setting.aliases:
-        return (level, 2, -setting.aliases.index(key))
-    return (level, 3 if setting is not None and key == setting.key else 2, 0)
-
-
-@dataclass(frozen=True)
-class Context:
-    """Facts about the machine that some values depend on; `gpus` is counted only when asked."""
-    gpus: Callable[[], int] = lambda: 0
-    gpu_build: bool = False  # each tensor parallel rank needs a GPU (the CPU build runs ranks on cores)
-
-
-def expand_tp(value: object, ctx: Context) -> object:
-    if value != "max":
-        if ctx.gpu_build and isinstance(value, int) and value > 1 and value > (n := ctx.gpus()):
-            raise SettingValueError(f"{value} is more than the {n} visible GPU(s); allowed: 1 to {max(n, 1)}, or max")
-        return value
-    n = ctx.gpus()
-    if n < 1:
-        raise SettingValueError("'max' needs at least one visible GPU; none found (set a number instead)")
-    return n
-
-
-def sm_vllm_name(flag: str) -> str:
-    """vLLM SageMaker image convention: SM_VLLM_MAX_MODEL_LEN=... -> --max-model-len ..."""
-    return "SM_VLLM_" + flag.lstrip("-").replace("-", "_").upper()
-
+__all__ = ["BY_ENV", "BY_FLAG", "BY_KEY", "DTYPE_ALIASES", "SETTINGS", "TABLE", "Context", "Level", "Setting",
+           "SettingValueError", "Settings", "engine_value", "expand_tp", "flag_set", "looks_secret", "markdown_table",
+           "parse_bool", "parse_device_name", "parse_dtype", "parse_int", "parse_non_negative_int", "parse_path",
+           "parse_positive_int", "parse_str", "parse_tp", "rank", "settings_class", "sm_vllm_name", "to_environment",
+           "value_type"]
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("model_id", "Model to serve: hub id, local folder, or s3://bucket/prefix/ (downloaded before start). "
@@ -221,22 +44,26 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("max_num_batched_tokens", "Most tokens in one engine step (LMI: max_rolling_batch_prefill_tokens).",
             parse=parse_int, flag="--max-num-batched-tokens", aliases=("max_rolling_batch_prefill_tokens",),
             env=("MAX_BATCH_PREFILL_TOKENS",)),
-    Setting("cuda_graph_max_tokens", "Largest engine step, in tokens, run as a CUDA graph, prefill steps included: "
-            "above vLLM's own sizes (2 x max_num_seqs, at most 512) steps are captured at sizes a quarter of a power "
-            "of two apart (under 25% padding) up to this many tokens, or max_num_batched_tokens if smaller (on a 94-layer "
-            "Qwen3-235B EP8 shard: 1.2 GiB more graph memory, taken from the KV cache, and 20 s more start). 0: "
-            "vLLM's sizes only. Not applied where compilation_config sets capture sizes, with enforce_eager, or on the "
-            "CPU build (default 0 there).", parse=parse_non_negative_int, default=8192, example="0"),
-    Setting("cuda_graph_full_steps", "Run every CUDA-graph step in one graph, attention included, steps with "
-            "prompt tokens too (vLLM's compilation cudagraph_mode FULL); false: vLLM's FULL_AND_PIECEWISE, which runs "
-            "a step with prompt tokens piecewise, attention eager between the graph pieces of every layer. On a "
-            "94-layer Qwen3-235B EP8 shard: 1.01-1.04x the output tokens/s at 1-128 clients, 0.64x the time to first "
-            "token at one client, for 1.6 GiB more graph memory (taken from the KV cache). Where the model's "
-            "attention backend cannot run such a step in one graph (FlashInfer, the MLA backends), vLLM keeps its own "
-            "mode and says so. Not applied where compilation_config sets cudagraph_mode or compiles nothing, with "
-            "enforce_eager, a KV connector (kv_transfer_config) or LoRA (enable_lora, also set by an adapters/ "
-            "folder), or on the CPU build (default false there).",
-            parse=parse_bool, default=True, example="false"),
+    Setting("cuda_graph_max_tokens", "Largest engine step, in tokens, run as a CUDA graph, prefill steps included "
+            "(at most max_num_batched_tokens); 0: vLLM's own sizes only, which gives graph memory back to the KV "
+            "cache. Not applied where compilation_config sets capture sizes, with enforce_eager, or on the CPU build "
+            "(default 0 there).",
+            parse=parse_non_negative_int, default=8192, example="0",
+            why="Above vLLM's own sizes (2 x max_num_seqs, at most 512) the launcher captures sizes a quarter of a "
+                "power of two apart, which pad a step by under 25%; a prefill step run as a graph skips the eager "
+                "launches of every layer. On a 94-layer Qwen3-235B EP8 shard graphs up to 8192 tokens "
+                "took 1.2 GiB more graph memory, taken from the KV cache, and 20 s more start."),
+    Setting("cuda_graph_full_steps", "Run every CUDA-graph step, steps with prompt tokens too, as one graph with "
+            "attention inside (vLLM's cudagraph_mode FULL); false: vLLM's FULL_AND_PIECEWISE. Not applied where "
+            "compilation_config sets cudagraph_mode or compiles nothing, with enforce_eager, a KV connector "
+            "(kv_transfer_config), LoRA (enable_lora, also set by an adapters/ folder), or on the CPU build (default "
+            "false there).",
+            parse=parse_bool, default=True, example="false",
+            why="FULL_AND_PIECEWISE runs a step with prompt tokens piecewise, attention eager between the graph "
+                "pieces of every layer. On a 94-layer Qwen3-235B EP8 shard one graph per step gave 1.01-1.04x the "
+                "output tokens/s at 1-128 clients and 0.64x the time to first token at one client, for 1.6 GiB more "
+                "graph memory (taken from the KV cache). Where the model's attention backend cannot run such a step "
+                "in one graph (FlashInfer, the MLA backends), vLLM keeps its own mode and says so."),
     Setting("quantization", "Quantization method, e.g. fp8 (LMI: quantize).",
             flag="--quantization", aliases=("quantize",), env=("QUANTIZE", "HF_MODEL_QUANTIZE")),
     Setting("trust_remote_code", "Run the model repository's own Python code.",
@@ -279,74 +106,71 @@ SETTINGS: tuple[Setting, ...] = (
             env=("LMI_MOE_DECODE_GEMV",),
             engine_env="LMI_MOE_DECODE_GEMV"),
     Setting("moe_decode_gemv_expert_map", "true: under expert parallelism (an expert map) too, a fused-MoE batch of a "
-            "few routed pairs whose tuned entry holds a GEMV dict runs the matrix-vector kernel over its mapped "
-            "expert ids, a program taking one token's routed pairs in turn, another rank's pairs written as zeros "
-            "(patch 0011). Off by default: no engine has run it under an expert map; its kernels took 0.72-0.93x "
-            "vLLM's time at 1-4 tokens on the Qwen3-Coder EP8 rank and 0.82-1.11x on the Qwen3-235B rank "
-            "(bench/RESULTS-archive.md, kernel probe 22b).", parse=parse_bool, env=("LMI_MOE_DECODE_GEMV_EXPERT_MAP",),
-            engine_env="LMI_MOE_DECODE_GEMV_EXPERT_MAP"),
-    Setting("moe_decode_gemv_silu", "true: where patch 0011's matrix-vector kernel runs the w2 GEMM, SiLU-and-mul "
-            "and the FP8 group quantization of its input inside that kernel, from the w13 output, instead of vLLM's "
-            "act_and_mul and quantization kernels before it (patch 0012). Off by default: slower on the H200 (13.0 "
-            "against 12.3 µs a layer at one token; bench/RESULTS-archive.md, run 22).", parse=parse_bool,
-            env=("LMI_MOE_DECODE_GEMV_SILU",),
-            engine_env="LMI_MOE_DECODE_GEMV_SILU"),
+            "few routed pairs whose tuned entry holds a GEMV dict runs patch 0011's matrix-vector kernel over its "
+            "mapped expert ids, another rank's pairs written as zeros.", parse=parse_bool,
+            env=("LMI_MOE_DECODE_GEMV_EXPERT_MAP",), engine_env="LMI_MOE_DECODE_GEMV_EXPERT_MAP",
+            why="Off until an engine has run it under an expert map. Its kernels took 0.72-0.93x vLLM's time at 1-4 "
+                "tokens on the Qwen3-Coder EP8 rank and 0.82-1.11x on the Qwen3-235B rank."),
+    Setting("moe_decode_gemv_silu", "true: where patch 0011's matrix-vector kernel runs the w2 GEMM, it also runs "
+            "SiLU-and-mul and the FP8 group quantization of its input, from the w13 output, instead of vLLM's "
+            "act_and_mul and quantization kernels before it (patch 0012).", parse=parse_bool,
+            env=("LMI_MOE_DECODE_GEMV_SILU",), engine_env="LMI_MOE_DECODE_GEMV_SILU",
+            why="Off: slower on the H200, 13.0 against 12.3 µs a layer at one token."),
     Setting("qk_norm_rope_fusion", "true: vLLM's fused Q/K RMSNorm + RoPE CUDA kernel (its enable_qk_norm_rope_fusion "
-            "compilation pass) instead of the Triton kernel torch.compile generates for Qwen3-style attention, whose "
-            "block sizes Inductor's autotuner picks anew at each start (on the H200 the picks seen take 1.6 to 4.3 µs "
-            "a layer at one token). Off until the engine bench measures it. Not applied on the CPU build, with "
-            "enforce_eager, or where compilation_config sets the pass.", parse=parse_bool, default=False),
+            "compilation pass) instead of the Triton kernel torch.compile generates for Qwen3-style attention. Not "
+            "applied on the CPU build, with enforce_eager, or where compilation_config sets the pass.",
+            parse=parse_bool, default=False,
+            why="Off until the engine bench measures it. Inductor's autotuner picks the generated kernel's block sizes "
+                "anew at each start; on the H200 the picks seen take 1.6 to 4.3 µs a layer at one token."),
     Setting("norm_quant", "How the RMSNorm before a block-FP8 linear layer and the FP8 quantization of its output "
-            "run. compiled: vLLM's fuse_norm_quant pass off and its quantization op in its native form (custom_ops "
-            "-quant_fp8), so torch.compile generates both (4.6 µs a layer at one token on the Qwen3-Coder EP8 shard, "
-            "H200, against 7.6 for vLLM's fused CUDA kernel; that shard then serves 1.018x, 1.020x and 1.011x the "
-            "tokens/s at 1, 8 and 32 clients, and starts 12-20 s later). separate: only that pass off, the norm as "
-            "torch.compile generates it and the quantization as vLLM's op. vllm: vLLM's choice, its fused CUDA kernel. "
-            "Changes nothing for a checkpoint without block-FP8 weights. Not applied on the CPU build, with "
-            "enforce_eager, where compilation_config sets the pass or names quant_fp8, or (compiled) where Inductor "
-            "compiles nothing.",
-            choices=("vllm", "separate", "compiled"), default="compiled",
-            instead="vllm, separate or compiled"),
-    Setting("compile_decode_tokens", "Decode batch sizes up to this many tokens (vLLM's CUDA-graph sizes 1, 2, 4, 8, "
-            "...) get graphs of their own from torch.compile (compilation_config compile_sizes), whose generated "
-            "kernels (the RMSNorms, their FP8 quantization, the Q/K norm + RoPE) are specialized to the size, "
-            "instead of one graph for every size tuned at a large one; each size adds compile time at start. 0 (the "
-            "default): one graph for every size, as vLLM does; at 8 the Qwen3-Coder EP8 shard's one-client step was "
-            "slower (ITL 3.84 against 3.71 ms) and its start took 515 against 225 s (bench/RESULTS-archive.md, run "
-            "24). Not applied on the CPU build, with enforce_eager, where Inductor compiles nothing, or where "
-            "compilation_config sets compile_sizes.", parse=parse_non_negative_int, default=0, example="8"),
-    Setting("flashinfer_sampler", "FlashInfer's top-k/top-p sampler. Off by default: it is compiled with nvcc at the "
-            "first start on every fresh host (minutes against the health-check timeout, and a failure where there is no "
-            "nvcc); off, vLLM's own PyTorch sampler runs.", parse=parse_bool, default=False,
-            env=("VLLM_USE_FLASHINFER_SAMPLER",), engine_env="VLLM_USE_FLASHINFER_SAMPLER"),
-    Setting("aot_compile", "false: vLLM's torch.compile without its AOT compile (VLLM_USE_AOT_COMPILE=0). By "
-            "default vLLM serializes the compiled model under VLLM_CACHE_ROOT at a cold start, so that a later start "
-            "finding it there skips Dynamo's trace; a container whose cache does not survive restarts never reads it. "
-            "Off, the per-tensor Qwen3-235B TP8 shard at 94 layers (an H100) compiled in 97 against 121 s and was "
-            "ready after 283 against 301 s, at 0.996-1.014x the tokens/s, but its one-client ITL p90 and p99 were "
-            "higher (6.4-7.1 against 5.9-6.0 ms, 8.3-9.5 against 6.3-8.3): bench/RESULTS-archive.md, run 29.",
-            parse=parse_bool, env=("VLLM_USE_AOT_COMPILE",), engine_env="VLLM_USE_AOT_COMPILE"),
-    Setting("disable_compile_cache", "true: vLLM's torch.compile writes nothing to its cache under VLLM_CACHE_ROOT "
-            "(VLLM_DISABLE_COMPILE_CACHE=1) and reads nothing from it: the model runs as compiled without also being "
-            "serialized for a later start. The AOT compile stays as with the cache on unless aot_compile says "
-            "otherwise (vLLM alone would turn it off). Writing the AOT artifacts took 16-17 of the 72 s of "
-            "torch.compile on the per-tensor Qwen3-235B TP8 shard at 94 layers (an H100, bench/RESULTS-archive.md, "
-            "run 32); without them, and with worker_multiproc_method fork, that shard was ready after 188.1 against "
-            "SGLang 0.5.21's 209.5 s (run 33). Unset: true where VLLM_CACHE_ROOT lies on the container's own "
-            "filesystem (its overlay root, a tmpfs), which ends with the container, so no later start would read the "
-            "cache; vLLM's default (the cache on) where it lies on a filesystem that lasts (a volume, a bind mount, "
-            "a network filesystem, a host's disk outside a container) or compilation_config names a cache_dir "
-            "(serving/compile_cache.py).",
-            parse=parse_bool, env=("VLLM_DISABLE_COMPILE_CACHE",), engine_env="VLLM_DISABLE_COMPILE_CACHE"),
+            "run: compiled (torch.compile generates both), separate (the norm generated, the quantization vLLM's "
+            "op) or vllm (vLLM's fused CUDA kernel). Not applied without block-FP8 weights, on the CPU build, with "
+            "enforce_eager, or where compilation_config sets the pass or names quant_fp8.",
+            choices=("vllm", "separate", "compiled"), default="compiled", instead="vllm, separate or compiled",
+            why="compiled turns vLLM's fuse_norm_quant pass off and runs its quantization op in its native form "
+                "(custom_ops -quant_fp8); where Inductor compiles nothing it is not applied. On the Qwen3-Coder EP8 shard (H200) the generated kernels take 4.6 µs a "
+                "layer at one token against 7.6 for vLLM's fused kernel; that shard serves 1.018x, 1.020x and 1.011x "
+                "the tokens/s at 1, 8 and 32 clients, and starts 12-20 s later."),
+    Setting("compile_decode_tokens", "Decode batch sizes up to this many tokens get torch.compile graphs of their own "
+            "(compilation_config compile_sizes), their generated kernels specialized to the size; each size adds "
+            "compile time at start. 0: one graph for every size, as vLLM does; not applied on the CPU build, with "
+            "enforce_eager, where Inductor compiles nothing, or where compilation_config sets compile_sizes.",
+            parse=parse_non_negative_int, default=0, example="8",
+            why="At 8 the Qwen3-Coder EP8 shard's one-client step was slower (ITL 3.84 against 3.71 ms) and its start "
+                "took 515 against 225 s."),
+    Setting("flashinfer_sampler", "FlashInfer's top-k/top-p sampler instead of vLLM's own PyTorch sampler.",
+            parse=parse_bool, default=False, env=("VLLM_USE_FLASHINFER_SAMPLER",),
+            engine_env="VLLM_USE_FLASHINFER_SAMPLER",
+            why="Off: FlashInfer compiles it with nvcc at the first start on every fresh host, which takes minutes "
+                "against the health-check timeout and fails where there is no nvcc."),
+    Setting("aot_compile", "false: vLLM's torch.compile without its AOT compile (VLLM_USE_AOT_COMPILE=0), which "
+            "serializes the compiled model under VLLM_CACHE_ROOT at a cold start so that a later start skips "
+            "Dynamo's trace. Unset: vLLM's default (on).",
+            parse=parse_bool, env=("VLLM_USE_AOT_COMPILE",), engine_env="VLLM_USE_AOT_COMPILE",
+            why="A container whose cache does not survive restarts never reads the artifacts, but the compiled model "
+                "runs faster with them: off, the per-tensor Qwen3-235B TP8 shard at 94 layers (an H100) compiled in "
+                "97 against 121 s and was ready after 283 against 301 s, at 0.996-1.014x the tokens/s, but its "
+                "one-client ITL p90 and p99 were higher (6.4-7.1 against 5.9-6.0 ms, 8.3-9.5 against 6.3-8.3)."),
+    Setting("disable_compile_cache", "true: vLLM's torch.compile neither writes nor reads its cache under "
+            "VLLM_CACHE_ROOT (VLLM_DISABLE_COMPILE_CACHE=1); the AOT compile stays unless aot_compile says otherwise. "
+            "Unset: true where VLLM_CACHE_ROOT lies on the container's own filesystem (its overlay root, a tmpfs), "
+            "vLLM's default (the cache on) where it lies on one that lasts or compilation_config names a cache_dir.",
+            parse=parse_bool, env=("VLLM_DISABLE_COMPILE_CACHE",), engine_env="VLLM_DISABLE_COMPILE_CACHE",
+            why="A cache on the container's own filesystem ends with the container, so no later start reads it, and "
+                "writing it costs start time: the AOT artifacts took 16-17 of the 72 s of torch.compile on the "
+                "per-tensor Qwen3-235B TP8 shard at 94 layers (an H100). Without them, and with "
+                "worker_multiproc_method fork, that shard was ready after 188.1 against SGLang 0.5.21's 209.5 s. "
+                "vLLM alone would turn the AOT compile off with the cache; the launcher keeps it "
+                "(serving/compile_cache.py)."),
     Setting("worker_multiproc_method", "How vLLM starts its engine-core process and, under tensor parallelism, its "
-            "workers (VLLM_WORKER_MULTIPROC_METHOD). fork: as copies of the process that already imported torch and "
-            "vLLM; spawn (what `vllm serve` picks when the variable is unset): fresh interpreters that import them "
-            "again: on an H100 host the engine core's first log line came 10 s after the API server's spawned "
-            "(run 32) and 1 s forked (run 33, where the per-tensor Qwen3-235B TP8 shard at 94 layers was ready "
-            "after 188.1 against SGLang 0.5.21's 209.5 s: bench/RESULTS-archive.md). vLLM itself turns to spawn "
-            "where CUDA was initialized before the fork, and its CPU platform always spawns.",
+            "workers (VLLM_WORKER_MULTIPROC_METHOD): fork, as copies of the process that already imported torch and "
+            "vLLM, or spawn, as fresh interpreters (what `vllm serve` picks when the variable is unset). vLLM itself "
+            "spawns where CUDA was initialized before the fork, and its CPU platform always spawns.",
             choices=("fork", "spawn"), default="fork", instead="fork or spawn",
-            env=("VLLM_WORKER_MULTIPROC_METHOD",), engine_env="VLLM_WORKER_MULTIPROC_METHOD"),
+            env=("VLLM_WORKER_MULTIPROC_METHOD",), engine_env="VLLM_WORKER_MULTIPROC_METHOD",
+            why="Spawned interpreters import torch and vLLM again: on an H100 host the engine core's first log line "
+                "came 10 s after the API server's spawned and 1 s forked. Forked, the per-tensor Qwen3-235B TP8 "
+                "shard at 94 layers was ready after 188.1 against SGLang 0.5.21's 209.5 s."),
     Setting("port", "HTTP port.", parse=parse_positive_int, default=8080, flag="--port", env=("SAGEMAKER_BIND_TO_PORT",)),
     Setting("host", "Address to listen on.", default="0.0.0.0", flag="--host"),
     Setting("max_request_bytes", "Largest request body /invocations accepts (413 beyond it); SageMaker's real-time "
@@ -359,9 +183,9 @@ SETTINGS: tuple[Setting, ...] = (
             parse=parse_positive_int, default=60, env=("SERVING_CLIENT_BODY_TIMEOUT",),
             engine_env="SERVING_CLIENT_BODY_TIMEOUT"),
     Setting("shutdown_timeout", "Graceful drain on SIGTERM (scale-in): new requests and /ping get 503 while requests in "
-            "flight get this many seconds to finish; then any left end with an error record and the process exits 0. "
-            "60 s is SageMaker's real-time invocation timeout.", parse=parse_positive_int, default=60,
-            flag="--shutdown-timeout", aliases=("drain_timeout",)),
+            "flight get this many seconds to finish; then any left end with an error record and the process exits 0.",
+            parse=parse_positive_int, default=60, flag="--shutdown-timeout", aliases=("drain_timeout",),
+            why="60 s is SageMaker's real-time invocation timeout: no request in flight could run longer."),
     Setting("hf_token", "Hub token for gated models; passed to vLLM in the environment, never printed.",
             env=("HUGGING_FACE_HUB_TOKEN", "HF_TOKEN"), secret=True, engine_env="HF_TOKEN"),
     Setting("api_key", "Bearer key vLLM's server requires on its /v1 routes (not /ping or /invocations, which SageMaker "
@@ -451,19 +275,19 @@ SETTINGS: tuple[Setting, ...] = (
             env=("SAGEMAKER_SESSIONS_PATH",), engine_env="SAGEMAKER_SESSIONS_PATH"),
     Setting("sessions_expiration", "Seconds a session stays valid (default: 1200).", parse=parse_positive_int,
             env=("SAGEMAKER_SESSIONS_EXPIRATION",), engine_env="SAGEMAKER_SESSIONS_EXPIRATION"),
-    Setting("install_requirements", "Install requirements.txt of the model folder at start, with pip, into the cache "
-            "folder (never the image's own packages), and put it on the engine's path. pip's own environment "
-            "applies (PIP_INDEX_URL, PIP_FIND_LINKS, PIP_NO_INDEX), and wheels in a requirements/ folder beside the "
-            "file are used, for endpoints without network. A failed install stops the start naming the requirement.",
+    Setting("install_requirements", "Install the model folder's requirements.txt at start with pip into the cache "
+            "folder (never the image's own packages) and put it on the engine's path; a failed install stops the "
+            "start. Without network, pip's environment (PIP_FIND_LINKS, PIP_NO_INDEX) and wheels in a requirements/ "
+            "folder beside the file serve it.",
             parse=parse_bool, default=True, env=("STANDARD_AUTO_INSTALL_REQ",)),
-    Setting("engine_in_process", "true: run vLLM's CLI (`vllm serve`) in the launcher's own process, which imported "
-            "vLLM to check the settings with its parser, rather than exec a new interpreter that imports it again: "
-            "the per-tensor Qwen3-235B TP8 shard at 94 layers was ready after 154 against 164 s (an H100, each "
-            "server started alone, at 0.998x the one-client tokens/s: bench/RESULTS-archive.md, run 32), the CPU "
-            "engine after 38 against 48 s (bench/launcher_start.py). The launcher execs anyway where a folder on the "
-            "engine's Python path (the user's code, requirements.txt's packages) provides a module it has already "
-            "imported, or where its parse ran without a device. false: always exec.",
-            parse=parse_bool, default=True, env=("SERVING_ENGINE_IN_PROCESS",)),
+    Setting("engine_in_process", "true: run vLLM's CLI (`vllm serve`) in the launcher's own process, which already "
+            "imported vLLM, rather than exec a new interpreter; it execs anyway where the engine's Python path (the "
+            "user's code, requirements.txt's packages) shadows a module it imported, or where its parse ran without "
+            "a device. false: always exec.",
+            parse=parse_bool, default=True, env=("SERVING_ENGINE_IN_PROCESS",),
+            why="The engine skips a second import of vLLM: the per-tensor Qwen3-235B TP8 shard at 94 layers was "
+                "ready after 154 against 164 s (an H100, each server started alone, at 0.998x the one-client "
+                "tokens/s), the CPU engine after 38 against 48 s."),
     Setting("download_dir", "Where an s3:// model is downloaded (default: a folder under the cache directory).",
             env=("SERVING_DOWNLOAD_DIR",)),
     Setting("model_dir", "The model directory: serving.properties, and the model itself when it holds config.json.",
@@ -474,15 +298,16 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("configs_dir", "Tuned fused-MoE configs handed to vLLM as VLLM_TUNED_CONFIG_FOLDER (unless that is set).",
             parse=parse_path, default=CONFIGS_DIR,
             default_text="configs/ beside serving/", env=("LMI_CONFIGS_DIR",), location=True),
-    Setting("configs_device", "The GPU whose tuned files in configs_dir (fused-MoE configs and patch 0010's "
-            "small-M files) this GPU reads where neither configs_dir nor vLLM holds one of its own for the shape (vLLM "
-            "looks a file up by the GPU's name, spaces as underscores, e.g. NVIDIA_H200; the launcher lays the files "
-            "out under the cache directory). Unset: an H100 80GB HBM3 reads the H200's, the same chip, where the "
-            "H200's fused-MoE entries took 0.85-1.00x the time of vLLM's default config at 1-512 tokens (kernel probe "
-            "34b) and the Qwen3-235B EP8 shard served 1.089x the tokens/s at 8 clients and 1.053x at 32 with the "
-            "small-M files than without (bench/RESULTS-archive.md, run 35b); any other GPU only its own. none: only "
-            "its own. A GPU that configs_dir has no files of stops the start.",
-            parse=parse_device_name, example="NVIDIA_H200"),
+    Setting("configs_device", "The GPU (e.g. NVIDIA_H200) whose tuned files in configs_dir (fused-MoE configs, patch "
+            "0010's small-M files) this GPU reads for a shape where neither configs_dir nor vLLM holds one of its own. "
+            "Unset: an H100 80GB HBM3 reads the H200's, any other GPU only its own; none: only its own; a GPU that "
+            "configs_dir has no files of stops the start.",
+            parse=parse_device_name, example="NVIDIA_H200",
+            why="An H100 80GB HBM3 is the H200's chip with less memory bandwidth. On it the H200's fused-MoE entries "
+                "took 0.85-1.00x the time of vLLM's default config at 1-512 tokens, and the Qwen3-235B EP8 shard "
+                "served 1.089x the tokens/s at 8 clients and 1.053x at 32 with the small-M files than without. The "
+                "launcher lays the files out under the cache directory under this GPU's name "
+                "(serving/tuned_configs.py)."),
     Setting("custom_code_dir", "Where the engine looks for the user's code (model.py, CUSTOM_SCRIPT_FILENAME) "
             "and requirements.txt. Unset: the model's own folder (local, the model directory, or the s3:// "
             "download), else the model directory; handed to mhcs in the engine.",
@@ -532,108 +357,17 @@ for _s in SETTINGS:
 BY_FLAG: dict[str, Setting] = {s.flag: s for s in SETTINGS if s.flag}
 
 
-def value_type(s: Setting) -> object:
-    """The type of a setting's effective value: what its parser returns, or None where it has no default."""
-    hint = typing.get_type_hints(s.parse).get("return", object)
-    return hint if s.default is not None else hint | None
+def settings_class(rows: Iterable[Setting]) -> type:
+    """A frozen, slotted dataclass with one field per row, in order: typed `value_type(row)`, defaulting to the
+    row's default, secrets out of its repr."""
+    fields = [(s.key, value_type(s), dataclasses.field(default=s.default, repr=not s.secret)) for s in rows]
+    doc = ("The effective value of every declared setting (None: unset and no default), typed and frozen: a "
+           "misspelt setting is an AttributeError, not a silent None. One field per row of serving.settings.SETTINGS.")
+    return dataclasses.make_dataclass("Settings", fields, frozen=True, slots=True,
+                                      namespace={"__module__": __name__, "__doc__": doc})
 
 
-@dataclass(frozen=True, slots=True)
-class Settings:
-    """The effective value of every declared setting (None: unset and no default), typed and frozen:
-    a misspelt setting is an AttributeError, not a silent None.
-
-    SETTINGS declares them; this class writes them out so an editor sees each one. One field per
-    setting, in the table's order, typed `value_type(setting)`, with the table's default (secrets out
-    of repr): tests/test_settings.py holds the two equal."""
-    model_id: str | None = None
-    revision: str | None = None
-    tensor_parallel_size: int | str | None = None
-    max_num_seqs: int | None = None
-    max_num_batched_tokens: int | None = None
-    cuda_graph_max_tokens: int = 8192
-    cuda_graph_full_steps: bool = True
-    quantization: str | None = None
-    trust_remote_code: bool | None = None
-    max_model_len: int | None = None
-    dtype: str | None = None
-    gpu_memory_utilization: str | None = None
-    enable_expert_parallel: bool | None = None
-    moe_backend: str | None = None
-    fp8_moe_stock_order: bool | None = None
-    fp8_moe_one_launch_quant: bool | None = None
-    moe_one_pass_topk: bool | None = None
-    moe_router_fp32_logits: bool | None = None
-    block_fp8_small_m_triton: bool | None = None
-    block_fp8_decode_gemv: bool | None = None
-    moe_decode_gemv: bool | None = None
-    moe_decode_gemv_expert_map: bool | None = None
-    moe_decode_gemv_silu: bool | None = None
-    qk_norm_rope_fusion: bool = False
-    norm_quant: str = "compiled"
-    compile_decode_tokens: int = 0
-    flashinfer_sampler: bool = False
-    aot_compile: bool | None = None
-    disable_compile_cache: bool | None = None
-    worker_multiproc_method: str = "fork"
-    port: int = 8080
-    host: str = "0.0.0.0"
-    max_request_bytes: int = 6 * 1024 * 1024
-    client_body_timeout: int = 60
-    shutdown_timeout: int = 60
-    hf_token: str | None = dataclasses.field(default=None, repr=False)
-    api_key: str | None = dataclasses.field(default=None, repr=False)
-    engine: str | None = None
-    rolling_batch: str | None = None
-    # names LMI, the SageMaker SDK and TGI write that have no effect here
-    model_loading_timeout: str | None = None
-    predict_timeout: str | None = None
-    min_workers: str | None = None
-    max_workers: str | None = None
-    job_queue_size: str | None = None
-    batch_size: str | None = None
-    max_batch_delay: str | None = None
-    parallel_loading: str | None = None
-    async_mode: str | None = None
-    entrypoint: str | None = None
-    enable_streaming: str | None = None
-    output_formatter: str = "json"
-    tgi_compat: bool = False
-    fail_fast: str | None = None
-    task: str | None = None
-    load_models: str | None = None
-    paged_attention: str | None = None
-    max_input_tokens: str | None = None
-    max_batch_total_tokens: str | None = None
-    max_best_of: str | None = None
-    max_stop_sequences: str | None = None
-    max_top_n_tokens: str | None = None
-    messages_api_enabled: str | None = None
-    sharded: str | None = None
-    cpu_offload_gb: str | None = None
-    lora_extra_vocab_size: str | None = None
-    max_seq_len_to_capture: str | None = None
-    enable_stateful_sessions: bool = True
-    sessions_path: str | None = None
-    sessions_expiration: int | None = None
-    install_requirements: bool = True
-    engine_in_process: bool = True
-    download_dir: str | None = None
-    # locations (the environment only)
-    model_dir: Path = Path("/opt/ml/model")
-    cache_dir: Path = Path.home() / ".cache" / "lmi-fp8"
-    configs_dir: Path = CONFIGS_DIR
-    configs_device: str | None = None
-    custom_code_dir: Path | None = None
-    custom_script_filename: str = "model.py"
-    custom_ping_handler: str | None = None
-    custom_invocation_handler: str | None = None
-    custom_pre_process: str | None = None
-    custom_post_process: str | None = None
-    custom_pre_post_process: str | None = None
-    python: str | None = None
-    cuda_compat_dir: Path = Path("/usr/local/cuda/compat")
-    driver_version_file: Path = Path("/proc/driver/nvidia/version")
+Settings = settings_class(SETTINGS)
 
 
 def engine_value(key: str, env: Mapping[str, str]) -> object:
@@ -671,18 +405,30 @@ def looks_secret(name: str) -> bool:
     return words[-1] in SECRET_LAST_WORDS or tuple(words[-2:]) in SECRET_LAST_PAIRS
 
 
+def flag_cell(s: Setting) -> str:
+    """The reference's vLLM-flag column: the flag, "no effect", or who reads the setting."""
+    return f"`{s.flag}`" if s.flag else "no effect" if s.no_effect else f"({s.reader or 'launcher'})"
+
+
+def default_cell(s: Setting) -> str:
+    return f"`{s.default_text or s.default}`" if s.default is not None else ""
+
+
+def meaning(s: Setting) -> str:
+    """The help text with what the table says about accepted values and settings without effect."""
+    text = s.help
+    if s.choices:
+        text += f" Accepted: {', '.join(s.choices)}; anything else stops the start ({s.instead})."
+    if s.no_effect:
+        text += f" No effect here: {s.no_effect}."
+    return text
+
+
 def markdown_table() -> str:
-    """README's settings table, generated from SETTINGS (a test keeps README in step)."""
+    """The settings table `--list-settings` prints: names, vLLM flag, default and meaning of each setting."""
     rows = ["| serving.properties | environment | vLLM flag | default | meaning |", "|---|---|---|---|---|"]
     for s in SETTINGS:
         keys = ", ".join(f"`option.{k}`" for k in s.option_keys) or "(environment only)"
         envs = ", ".join(f"`{e}`" for e in s.env_names)
-        flag = f"`{s.flag}`" if s.flag else "no effect" if s.no_effect else f"({s.reader or 'launcher'})"
-        default = f"`{s.default_text or s.default}`" if s.default is not None else ""
-        meaning = s.help
-        if s.choices:
-            meaning += f" Accepted: {', '.join(s.choices)}; anything else stops the start ({s.instead})."
-        if s.no_effect:
-            meaning += f" No effect here: {s.no_effect}."
-        rows.append(f"| {keys} | {envs} | {flag} | {default} | {meaning} |")
+        rows.append(f"| {keys} | {envs} | {flag_cell(s)} | {default_cell(s)} | {meaning(s)} |")
     return "\n".join(rows)

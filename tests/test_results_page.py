@@ -140,7 +140,7 @@ def test_the_aot_compile_figures_are_the_recorded_run_29():
     tok_s = f"{min(medians):.3f}-{max(medians):.3f}x the tokens/s"
     index_row = index_row_of("29")
     assert sooner in GOALS and sooner in index_row and tok_s in index_row
-    help_text = TABLE["aot_compile"].help
+    help_text = TABLE["aot_compile"].why
     assert f"ready after {ready['image-no-aot-compile']:.0f} against {ready['image']:.0f} s" in help_text
     assert tok_s in help_text
 
@@ -157,7 +157,7 @@ def test_the_in_process_start_figures_are_the_recorded_run_32():
     ready = {arm: res["servers"][f"{model}.{arm}"]["ready_s"] for arm in ("image", "image-in-process")}
     ratio = statistics.median(paired_ratios([res], model, "throughput", "tok_s", "1", arm="image-in-process",
                                             base="image"))
-    help_text = TABLE["engine_in_process"].help
+    help_text = TABLE["engine_in_process"].why
     assert f"ready after {ready['image-in-process']:.0f} against {ready['image']:.0f} s" in help_text
     assert f"{ratio:.3f}x the one-client tokens/s" in help_text
     index_row = index_row_of("32")
@@ -185,7 +185,7 @@ def test_the_start_defaults_figures_are_the_recorded_run_33():
     assert f"| **{image['ready_s']:.1f}** | **{image['first_ttft_ms']:.1f}** |" in section
     assert f"| {sglang['ready_s']:.1f} | {sglang['first_ttft_ms']:.1f} |" in section
     for key in ("worker_multiproc_method", "disable_compile_cache"):
-        assert f"{image['ready_s']:.1f} against SGLang 0.5.21's {sglang['ready_s']:.1f} s" in TABLE[key].help, key
+        assert f"{image['ready_s']:.1f} against SGLang 0.5.21's {sglang['ready_s']:.1f} s" in TABLE[key].why, key
     for clients in ("1", "8", "32"):
         ratios = paired_ratios([res], model, "throughput", "tok_s", clients, arm="image", base="sglang")
         assert len(ratios) == 3
@@ -337,7 +337,7 @@ def test_the_every_step_in_one_graph_figures_are_the_recorded_run_38():
     ready = {arm: res["servers"][f"{model}.{arm}"]["ready_s"] for arm in ("image-full-graphs", "image")}
     assert f"ready after {ready['image-full-graphs']:.1f} against {ready['image']:.1f} s" in section
     setting = next(s for s in SETTINGS if s.key == "cuda_graph_full_steps")
-    assert f"{min(medians)[:4]}-{max(medians)[:4]}x the output tokens/s" in setting.help
+    assert f"{min(medians)[:4]}-{max(medians)[:4]}x the output tokens/s" in setting.why
 
 
 def sglang_ratios_recorded(res: dict, model: str, run: str, readme: str,

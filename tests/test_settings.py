@@ -292,14 +292,35 @@ def test_list_settings_prints_the_table_without_vllm():
     assert (r.returncode, r.stdout) == (0, markdown_table() + "\n"), r.stderr[-2000:]
 
 
-def test_readme_settings_table_matches_the_settings_model():
-    readme = (ROOT / "README.md").read_text()
-    assert markdown_table() in readme, "README's settings table is stale: paste serving.settings.markdown_table()"
+def test_settings_reference_is_generated_from_the_table():
+    """docs/settings.md is the generator's output, every setting has a row there, and each why is in its section."""
+    from serving import settings_doc
+
+    page = settings_doc.PAGE.read_text() if settings_doc.PAGE.exists() else ""
+    assert page == settings_doc.page(), f"docs/settings.md is stale: run `{settings_doc.COMMAND}`"
+    for s in SETTINGS:
+        assert f"\n| `{s.key}` | " in page, s.key
+        if s.why:
+            assert f"[Why?](#{s.key})" in page and f"\n### {s.key}\n" in page, s.key
 
 
-def test_settings_class_is_the_table():
-    """Settings is written out for editors; the table stays the one declaration: one field per setting, in its
-    order, typed as its parser returns (or None without a default), the table's default, secrets out of repr."""
+def test_help_texts_are_short_and_name_no_measurement():
+    """--list-settings and --help show what a setting does and when to change it; the reasons and figures behind a
+    default are its `why`, on docs/settings.md only."""
+    import re
+
+    figure = re.compile(r"\b(run|probe) \d|RESULTS|\d\.\d+x|\d µs|\d ms\b|\d s\b")
+    wrong = [f"{s.key}: {len(s.help)} characters" for s in SETTINGS if len(s.help) > 400]
+    wrong += [f"{s.key}: {m[0]!r} in its help" for s in SETTINGS if (m := figure.search(s.help))]
+    wrong += [f"{s.key}: {m[0]!r} in its why" for s in SETTINGS if (m := re.search(r"\b(run|probe) \d", s.why))]
+    assert not wrong, wrong
+
+
+def test_settings_class_is_built_from_the_table():
+    """Settings comes from the table: one field per row, in its order, typed as its parser returns (or None without
+    a default), the row's default, secrets out of repr; a row added to the table is a field, nothing else to write."""
+    from serving.settings import Setting, parse_positive_int, settings_class
+
     fields = dataclasses.fields(Settings)
     hints = typing.get_type_hints(Settings)
     assert [f.name for f in fields] == [s.key for s in SETTINGS], "Settings' fields are not the table's keys"
@@ -314,6 +335,14 @@ def test_settings_class_is_the_table():
             wrong.append(f"{f.name}: repr={f.repr}, the table says secret={s.secret}")
     assert not wrong, wrong
     assert Settings.__dataclass_params__.frozen and not hasattr(Settings(), "__dict__"), "frozen, slots"
+    assert Settings.__module__ == "serving.settings" and Settings.__qualname__ == "Settings"
+    assert "hf_token" in {f.name for f in fields} and "hf_DRYRUN" not in repr(Settings(hf_token="hf_DRYRUN"))
+
+    grown = settings_class((*SETTINGS, Setting("new_limit", "A limit.", parse=parse_positive_int, default=4)))
+    new = dataclasses.fields(grown)[-1]
+    assert (new.name, typing.get_type_hints(grown)["new_limit"], new.default) == ("new_limit", int, 4)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        grown().new_limit = 5
 
 
 def _dry_run(env_extra, tmp_path):
