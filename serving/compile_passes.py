@@ -2,35 +2,25 @@
 serving/settings.py, written only where the setting departs from vLLM's own choice.
 
 - `option.qk_norm_rope_fusion` (off): vLLM's fused Q/K RMSNorm + RoPE kernel (`enable_qk_norm_rope_fusion`, off in
-  vLLM 0.32's defaults). Qwen3 and Qwen3-MoE normalize each query and key head and then rotate them, before
-  attention; without the pass torch.compile generates that step as one Triton reduction kernel a layer, whose block
-  sizes Inductor's autotuner picks once a start, by timing each candidate at the first call (the profile run's 8,192
-  tokens). That pick then serves every decode step, and it is not stable: the compile caches of the engine bench's
-  runs 16-18 hold five different picks, which take 1.6 to 4.3 µs at one token on the H200 (bench/RESULTS-archive.md,
-  run 18). With the pass vLLM runs its own CUDA kernel, `fused_qk_norm_rope`, which has no autotuned choice. Off
-  until the engine bench measures it (arm `image-qk-norm-rope`).
+  vLLM 0.32's defaults). Without the pass torch.compile generates that step of Qwen3-style attention as one Triton
+  reduction kernel a layer, whose block sizes Inductor's autotuner picks once a start, so its speed varies from
+  start to start; with it vLLM runs its own CUDA kernel, `fused_qk_norm_rope`, which has no autotuned choice.
 - `option.norm_quant` (compiled): the RMSNorm before a block-FP8 linear layer and its FP8 quantization. vLLM's
-  `fuse_norm_quant` pass makes them one CUDA kernel, `rms_norm_per_block_quant_kernel`: 7.6 µs a call at one token
-  and hidden 6,144 on the H200 (engine run 22's profile). `compiled` turns the pass off and takes vLLM's quantization
-  op in its native form (`custom_ops` `-quant_fp8`, which vLLM otherwise turns on for block-FP8 checkpoints), so
-  torch.compile generates both: 4.6 µs in two kernels in the engine, and the quantization before o_proj 1.9 µs
-  instead of vLLM's 2.5 (run 23's profile). The Qwen3-Coder EP8 shard then serves 1.018x, 1.020x and 1.011x the
-  tokens/s of vLLM's kernel at 1, 8 and 32 clients (run 23). `separate` turns only the pass off (the norm as
+  `fuse_norm_quant` pass makes them one CUDA kernel, `rms_norm_per_block_quant_kernel`. `compiled` turns the pass
+  off and takes vLLM's quantization op in its native form (`custom_ops` `-quant_fp8`, which vLLM otherwise turns on
+  for block-FP8 checkpoints), so torch.compile generates both. `separate` turns only the pass off (the norm as
   torch.compile generates it, then vLLM's group-quantization op); `vllm` leaves vLLM's choice. A checkpoint without
-  block-FP8 weights runs no fused norm + quantization in vLLM 0.32 under Inductor (the pass and the op are off
-  there), so `compiled` changes nothing for it.
+  block-FP8 weights runs no fused norm + quantization in vLLM 0.32 under Inductor, so `compiled` changes nothing
+  for it.
 - `option.compile_decode_tokens` (0): vLLM compiles one graph for every batch size (the batch dimension symbolic),
-  whose generated kernels Inductor tunes at a large size hint; the decode steps then run kernels shaped for
-  thousands of rows. `compile_sizes` gives the decode sizes up to this many tokens graphs of their own (vLLM's
-  CUDA-graph sizes: 1, 2, 4, 8, ...), at the cost of compile time at start. In kernel probe 22c one token's norm and
-  quantization took 2.9 µs compiled for that size, against 4.6 µs in the engine's graph for every size (run 23).
-  Off: at 8 the Qwen3-Coder EP8 shard's one-client step was slower in the engine (ITL 3.84 against 3.71 ms) and its
-  start took 515 against 225 s (run 24, arm `image-compile-decode-sizes`).
+  whose generated kernels Inductor tunes at a large size hint. `compile_sizes` gives the decode sizes up to this many
+  tokens graphs of their own (vLLM's CUDA-graph sizes: 1, 2, 4, 8, ...), at the cost of compile time at start.
 
 Not applied on the CPU build, with enforce_eager (nothing is compiled), or where the user's compilation_config already
 makes the choice; each case leaves a note in the start log. `compiled` and `compile_decode_tokens` are also not
 applied where Inductor compiles nothing (compilation mode 0, a backend other than inductor, optimization level 0):
-vLLM's native quantization would then run as eager PyTorch, and there are no graphs to specialize.
+vLLM's native quantization would then run as eager PyTorch, and there are no graphs to specialize. The measurements
+behind each default: docs/settings.md.
 """
 from __future__ import annotations
 

@@ -1,28 +1,19 @@
-"""CUDA-graph capture sizes for steps larger than vLLM's own (option.cuda_graph_max_tokens), run by the launcher.
+"""CUDA-graph capture sizes and mode for the engine, decided by the launcher (option.cuda_graph_max_tokens,
+option.cuda_graph_full_steps).
 
-vLLM 0.32 (and 0.34.0, by its wheel's source) captures CUDA graphs for steps of up to 2 x max_num_seqs tokens, at
-most 512 on Hopper, and runs every larger step eagerly; a step that prefills a few prompts at once is larger.
-Eagerly, each fused-MoE layer costs about a millisecond of Python on the host, so on an H200 a 896-token step of the
-94-layer Qwen3-235B EP8 shard took 175 ms for about 30 ms of GPU work (bench/RESULTS-archive.md, run 15). SGLang
-0.5.21 captures its prefill steps up to 8,192 tokens. Above vLLM's own sizes this module adds sizes a quarter of a
-power of two apart (above 512: 640, 768, 896, 1024, 1280, ..., 8192), so a step is padded by less than 25%, and
-hands the list to vLLM as its compilation config's `cudagraph_capture_sizes`. vLLM pads a step up to the next
-captured size and replays the graph; the padded rows cost GEMM work, and attention work where it runs in the graph.
-vLLM counts the graphs' memory before it sizes the KV cache.
+vLLM captures graphs for steps of up to 2 x max_num_seqs tokens, at most 512 on Hopper, and runs every larger step,
+such as one that prefills a few prompts at once, eagerly, paying each layer's launches on the host. Above vLLM's own
+sizes this module adds sizes a quarter of a power of two apart (above 512: 640, 768, 896, 1024, 1280, ..., up to
+cuda_graph_max_tokens), so a step is padded by less than 25%, and hands the list to vLLM as its compilation
+config's `cudagraph_capture_sizes`. vLLM pads a step up to the next captured size, replays the graph, and counts the
+graphs' memory before it sizes the KV cache.
 
-On by default at 8,192 tokens on the GPU build. On the same shard the image served 1.13x stock's output tokens/s at
-8 and 32 clients with it (0.99x with vLLM's own sizes) and a third of stock's time to first token, for 1.2 GiB more
-graph memory and about 20 s more start (run 16).
-
-option.cuda_graph_full_steps (on by default on the GPU build) asks vLLM for cudagraph_mode FULL: every step up to the
-largest size in one graph, attention and the KV-cache write included. vLLM's default FULL_AND_PIECEWISE runs a step
-of decodes alone in one graph but a step with prompt tokens piecewise, attention eager between the graph pieces of
-each layer: on the 94-layer EP8 shard such a step took 55-68 ms of host time whatever its size, against 5-6 ms for a
-decode step (run 37's profile). FlashAttention 3 runs any step in one graph; there the shard served 1.040x, 1.023x,
-1.010x and 1.018x the output tokens/s at 1, 8, 32 and 128 clients, with 0.64x the time to first token at one client,
-for 3.33 against 1.72 GiB of graph memory on an H100 (run 38). A backend that captures only uniform decode batches
-(FlashInfer, the MLA backends) keeps FULL_AND_PIECEWISE, one that captures none PIECEWISE (patch 0013), each with
-vLLM's warning in the start log.
+cuda_graph_full_steps asks vLLM for cudagraph_mode FULL: every step up to the largest size in one graph, attention
+and the KV-cache write included, where vLLM's FULL_AND_PIECEWISE runs a step with prompt tokens piecewise, attention
+eager between the graph pieces of each layer. A backend that captures only uniform decode batches (FlashInfer, the
+MLA backends) keeps FULL_AND_PIECEWISE, one that captures none PIECEWISE (patch 0013), each with vLLM's warning in
+the start log. Neither is applied where the user's compilation config or flags decide the graphs themselves. The
+measurements behind both defaults: docs/settings.md.
 """
 from __future__ import annotations
 
@@ -130,8 +121,8 @@ def full_steps_config(enabled: bool, config: dict | None, entries: Mapping, cpu_
     connector = entries.get("kv_transfer_config")
     if connector is not None and str(connector.value).strip():
         return None, f"{said} ignored: kv_transfer_config ({connector.source}) sets a KV connector"
-    # With LoRA vLLM captures every graph once per count of active adapters it specializes on; a full graph of a
-    # prompt step holds about twice the memory of its pieces (run 38), and no run has measured that trade.
+    # With LoRA vLLM captures every graph once per count of active adapters it specializes on, and a full graph of a
+    # prompt step holds more memory than its pieces: that trade is unmeasured, so LoRA keeps vLLM's mode.
     lora = entries.get("enable_lora")
     if lora is not None and flag_set(lora.raw):
         return None, (f"{said} ignored: enable_lora ({lora.source}): vLLM would capture each full graph once per "

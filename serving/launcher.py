@@ -47,7 +47,7 @@ CPU_NORM_QUANT = resolve.ContextDefault("norm_quant", "vllm", "CPU build: no FP8
 CPU_SPAWN = resolve.ContextDefault("worker_multiproc_method", "spawn", "CPU build: vLLM's CPU platform spawns")
 TINY_MODEL_DEFAULTS = {"max_model_len": "2048"}
 # API server processes in front of the engine core. The GPU build runs four, where vLLM runs one: each parses,
-# tokenizes and streams its share of a burst of requests, which one process does in turn (bench/RESULTS.md, run 44).
+# tokenizes and streams its share of a burst of requests, which one process does in turn (docs/performance.md).
 # The CPU build keeps vLLM's one. Under data parallelism `vllm serve` starts one per rank unless told otherwise; the
 # container runs one there, as the api_server module did. vLLM loads LoRA adapters at run time
 # (VLLM_ALLOW_RUNTIME_LORA_UPDATING) in one API server process only. A count the user sets, or headless, is kept:
@@ -320,7 +320,7 @@ def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
             engine_env[r.setting.engine_env] = ("1" if v else "0") if isinstance(v, bool) else str(v)
     if s.disable_compile_cache and s.aot_compile is None:
         # vLLM turns its AOT compile off by default where its compile cache is off; the AOT-compiled model runs
-        # faster at one client (runs 29 and 32), so it stays as vLLM has it with the cache on
+        # faster at one client (docs/settings.md, aot_compile), so it stays as vLLM has it with the cache on
         from vllm.utils.torch_utils import is_torch_equal_or_newer
         engine_env["VLLM_USE_AOT_COMPILE"] = "1" if is_torch_equal_or_newer("2.10.0") else "0"
     configs = None

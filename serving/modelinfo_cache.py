@@ -2,9 +2,9 @@
 
 Before it loads a model, vLLM's API server inspects the model's class (does it generate text, take LoRA, run
 pipeline parallel, ...). With an empty cache folder it does so in a child Python that imports vLLM, torch and the
-model's module: 12 s on this project's 2-core CPU machine, about 15 s of run 28's starts on the H200 host, the same
-at every cold start of a container. The answer it keeps under VLLM_CACHE_ROOT/modelinfos is one JSON file per class,
-valid while the hash of the model's source file matches, which vLLM checks before it uses the file.
+model's module, which costs seconds at every cold start of a container. The answer it keeps under
+VLLM_CACHE_ROOT/modelinfos is one JSON file per class, valid while the hash of the model's source file matches,
+which vLLM checks before it uses the file.
 
     python -m serving.modelinfo_cache build     # after the series is applied (make venv, make gpu-venv, the image)
 

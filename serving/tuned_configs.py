@@ -3,13 +3,9 @@
 vLLM looks a fused-MoE config up by the GPU's name, `E=..,N=..,device_name=<GPU>,dtype=...json`, in the tuned folder
 first, then in its own configs/; with neither it runs its default config. Patch 0010 finds a block-FP8 linear layer's
 small-M file, `N=..,K=..,device_name=<GPU>,...,small_m.json`, the same way in the tuned folder; without one CUTLASS
-runs. The image's files were tuned on an H200 (but for the H100's own small-M files of the 235B EP8 rank's attention
-GEMMs, run 42), so by name no other GPU reads them. An H100 80GB HBM3 is the same chip
-(GH100: 132 multiprocessors, 50 MB of L2, the same shared memory a multiprocessor) with less memory bandwidth. On it
-the H200's fused-MoE entries took 0.85-1.00x the time of vLLM's default at 1-512 tokens on the 235B and Coder
-block-FP8 EP8 ranks, and patch 0011's matrix-vector entries 0.78-0.95x of vLLM's kernel (bench/RESULTS-archive.md,
-kernel probes 34b and 34c); in the engine, the 235B EP8 shard with the H200's small-M files read as the H100's made
-1.089x the tokens/s at 8 clients and 1.053x at 32 (run 35b). So a GPU that reads another's files (READS_FILES_OF, or
+runs. By name no GPU reads another's files, though an H100 80GB HBM3 is the H200's chip (GH100: 132
+multiprocessors, 50 MB of L2, the same shared memory a multiprocessor) with less memory bandwidth, and the H200's
+files serve it well (docs/settings.md, configs_device). So a GPU that reads another's files (READS_FILES_OF, or
 option.configs_device) gets a folder of its own under the cache directory: a link to each file of the configs folder,
 and each of the other GPU's tuned files again under this GPU's name, wherever neither folder holds a file of this GPU
 for that shape (its own file, tuned on it, comes first).
