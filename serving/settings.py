@@ -132,8 +132,9 @@ SETTINGS: tuple[Setting, ...] = (
             "enforce_eager, or where compilation_config sets the pass or names quant_fp8.",
             choices=("vllm", "separate", "compiled"), default="compiled", instead="vllm, separate or compiled",
             why="compiled turns vLLM's fuse_norm_quant pass off and runs its quantization op in its native form "
-                "(custom_ops -quant_fp8); where Inductor compiles nothing it is not applied. On the Qwen3-Coder EP8 shard (H200) the generated kernels take 4.6 µs a "
-                "layer at one token against 7.6 for vLLM's fused kernel; that shard serves 1.018x, 1.020x and 1.011x "
+                "(custom_ops -quant_fp8); where Inductor compiles nothing it is not applied. On the Qwen3-Coder EP8 "
+                "shard (H200) the generated kernels take 4.6 µs a layer at one token against 7.6 for vLLM's fused "
+                "kernel; that shard serves 1.018x, 1.020x and 1.011x "
                 "the tokens/s at 1, 8 and 32 clients, and starts 12-20 s later."),
     Setting("compile_decode_tokens", "Decode batch sizes up to this many tokens get torch.compile graphs of their own "
             "(compilation_config compile_sizes), their generated kernels specialized to the size; each size adds "
@@ -141,8 +142,8 @@ SETTINGS: tuple[Setting, ...] = (
             "enforce_eager, where Inductor compiles nothing, or where compilation_config sets compile_sizes.",
             parse=parse_non_negative_int, default=0, example="8",
             why="Specialized to one token, the norm and quantization took 2.9 µs in a kernel bench against 4.6 µs "
-                "in the engine's graph for every size; but at 8 the Qwen3-Coder EP8 shard's one-client step was slower (ITL 3.84 against 3.71 ms) and its start "
-                "took 515 against 225 s."),
+                "in the engine's graph for every size; but at 8 the Qwen3-Coder EP8 shard's one-client step was "
+                "slower (ITL 3.84 against 3.71 ms) and its start took 515 against 225 s."),
     Setting("flashinfer_sampler", "FlashInfer's top-k/top-p sampler instead of vLLM's own PyTorch sampler.",
             parse=parse_bool, default=False, env=("VLLM_USE_FLASHINFER_SAMPLER",),
             engine_env="VLLM_USE_FLASHINFER_SAMPLER",
@@ -176,7 +177,8 @@ SETTINGS: tuple[Setting, ...] = (
             why="Spawned interpreters import torch and vLLM again: on an H100 host the engine core's first log line "
                 "came 10 s after the API server's spawned and 1 s forked. Forked, the per-tensor Qwen3-235B TP8 "
                 "shard at 94 layers was ready after 188.1 against SGLang 0.5.21's 209.5 s."),
-    Setting("port", "HTTP port.", parse=parse_positive_int, default=8080, flag="--port", env=("SAGEMAKER_BIND_TO_PORT",)),
+    Setting("port", "HTTP port.", parse=parse_positive_int, default=8080, flag="--port",
+            env=("SAGEMAKER_BIND_TO_PORT",)),
     Setting("host", "Address to listen on.", default="0.0.0.0", flag="--host"),
     Setting("max_request_bytes", "Largest request body /invocations accepts (413 beyond it); SageMaker's real-time "
             "payload limit is 6 MiB.", parse=parse_positive_int, default=6 * 1024 * 1024,
@@ -187,16 +189,18 @@ SETTINGS: tuple[Setting, ...] = (
             "It bounds silence, not the whole upload: a slow body that keeps arriving is read to its end.",
             parse=parse_positive_int, default=60, env=("SERVING_CLIENT_BODY_TIMEOUT",),
             engine_env="SERVING_CLIENT_BODY_TIMEOUT"),
-    Setting("shutdown_timeout", "Graceful drain on SIGTERM (scale-in): new requests and /ping get 503 while requests in "
-            "flight get this many seconds to finish; then any left end with an error record and the process exits 0.",
+    Setting("shutdown_timeout", "Graceful drain on SIGTERM (scale-in): new requests and /ping get 503 while "
+            "requests in flight get this many seconds to finish; then any left end with an error record and the "
+            "process exits 0.",
             parse=parse_positive_int, default=60, flag="--shutdown-timeout", aliases=("drain_timeout",),
             why="60 s is SageMaker's real-time invocation timeout: no request in flight could run longer."),
     Setting("hf_token", "Hub token for gated models; passed to vLLM in the environment, never printed.",
             env=("HUGGING_FACE_HUB_TOKEN", "HF_TOKEN"), secret=True, engine_env="HF_TOKEN"),
-    Setting("api_key", "Bearer key vLLM's server requires on its /v1 routes (not /ping or /invocations, which SageMaker "
-            "guards); passed in the environment, never printed.",
+    Setting("api_key", "Bearer key vLLM's server requires on its /v1 routes (not /ping or /invocations, which "
+            "SageMaker guards); passed in the environment, never printed.",
             secret=True, engine_env="VLLM_API_KEY"),
-    Setting("engine", "LMI's engine; serving.properties may write it top-level (engine=Python).", top_level=True, choices=("python",),
+    Setting("engine", "LMI's engine; serving.properties may write it top-level (engine=Python).", top_level=True,
+            choices=("python",),
             instead="this container runs vLLM in one Python process: engine=Python (LMI's MPI engine is for lmi-dist "
                     "and TensorRT-LLM)", no_effect="the engine is always vLLM's, in Python"),
     Setting("rolling_batch", "LMI's batching engine.",
@@ -310,10 +314,9 @@ SETTINGS: tuple[Setting, ...] = (
             parse=parse_device_name, example="NVIDIA_H200",
             why="An H100 80GB HBM3 is the H200's chip with less memory bandwidth. On it the H200's fused-MoE entries "
                 "took 0.85-1.00x the time of vLLM's default config at 1-512 tokens and patch 0011's matrix-vector "
-                "entries 0.78-0.95x, and the Qwen3-235B EP8 shard "
-                "served 1.089x the tokens/s at 8 clients and 1.053x at 32 with the small-M files than without. The "
-                "launcher lays the files out under the cache directory under this GPU's name "
-                "(serving/tuned_configs.py)."),
+                "entries 0.78-0.95x, and the Qwen3-235B EP8 shard served 1.089x the tokens/s at 8 clients and 1.053x "
+                "at 32 with the small-M files than without. The launcher lays the files out under the cache "
+                "directory under this GPU's name (serving/tuned_configs.py)."),
     Setting("custom_code_dir", "Where the engine looks for the user's code (model.py, CUSTOM_SCRIPT_FILENAME) "
             "and requirements.txt. Unset: the model's own folder (local, the model directory, or the s3:// "
             "download), else the model directory; handed to mhcs in the engine.",
