@@ -229,9 +229,10 @@ def pytest_collection_modifyitems(items):
 
 # -- checks in the background --------------------------------------------------------------------
 # A check script (tests/check_script.py) needs no engine but up to minutes of CPU (Triton's interpreter). The
-# selected ones run from the session's start, as many at once as there are cores, each in a session of its own at
-# the lowest CPU priority, so they take the CPU the other tests leave idle (the engine tests mostly wait on their
-# servers); the tests that read them run last (pytest_collection_modifyitems) and wait for what is left.
+# selected ones run from the session's start, as many at once as there are cores, each in a session of its own
+# (ended with the suite's process: launcher_process.guarded) at the lowest CPU priority, so they take the CPU the
+# other tests leave idle (the engine tests mostly wait on their servers); the tests that read them run last
+# (pytest_collection_modifyitems) and wait for what is left.
 
 CHECKS: dict[str, Callable[[Path], Check]] = {}  # fixture name -> fn(a temporary folder of its own) giving the check
 CHECK_NICE = 19
@@ -288,9 +289,9 @@ class BackgroundChecks:
     @staticmethod
     def _start(run: _CheckRun, nice: int) -> None:
         try:
-            run.proc = subprocess.Popen(run.check.command(), cwd=TESTS.parent, env=run.check.environ(SESSION_ENV),
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                        start_new_session=True)
+            run.proc = subprocess.Popen(launcher_process.guarded(run.check.command()), cwd=TESTS.parent,
+                                        env=run.check.environ(SESSION_ENV), stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True, start_new_session=True)
         except OSError as e:
             run.outcome = (-1, "", f"the check could not start: {e}")
             run.done.set()

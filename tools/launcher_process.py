@@ -14,6 +14,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -109,14 +110,31 @@ def cause_lines(log: str, limit: int = CAUSE_LINES) -> list[str]:
     return out
 
 
+SESSION_GUARD = Path(__file__).resolve().parent / "session_guard.py"
+
+
+def guarded(command: list[str], nice: int | None = None) -> list[str]:
+    """command, run through tools/session_guard.py: started with Popen(start_new_session=True), it keeps the Popen's
+    pid, and every process of its session ends when this process dies (SIGKILL included) or shortly after the
+    command's own process exits. nice: the command's absolute CPU priority, set before it starts."""
+    return [sys.executable, "-I", "-S", str(SESSION_GUARD), str(os.getpid()),
+            *(["--nice", str(nice)] if nice is not None else []), "--", *command]
+
+
 def start_session(command: list[str], env: Mapping[str, str], stdout, cwd: Path | None = None,
                   nice: int = 0) -> subprocess.Popen:
-    """Start command in a session of its own (stop() ends it and every process it started), stdout and stderr into
-    the open file stdout. nice > 0 runs the whole session at that much lower CPU priority than the caller's (see
-    yield_cpu): a session is never less nice than the process that started it."""
-    proc = subprocess.Popen((["nice", "-n", str(nice)] if nice else []) + command, stdout=stdout,
-                            stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True)
+    """Start command in a session of its own whose life is tied to this process's (guarded: stop() ends it and
+    every process it started; so does this process's death), stdout and stderr into the open file stdout. nice > 0
+    runs the whole session at that much lower CPU priority than the caller's (see yield_cpu): a session is never
+    less nice than the process that started it."""
     session_nice = min(19, nice + os.getpriority(os.PRIO_PROCESS, 0))
+    proc = subprocess.Popen(guarded(command, session_nice if nice else None), stdout=stdout,
+                            stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True)
+    if nice:  # at once, as the guard sets it itself: the session's first process runs at it from its start
+        try:
+            os.setpriority(os.PRIO_PROCESS, proc.pid, session_nice)
+        except OSError:
+            pass
     if session_nice:
         yield_cpu(proc.pid, session_nice)
     return proc
