@@ -23,6 +23,7 @@ from typing import Mapping
 
 from . import resolve
 from . import compile_cache, compile_passes, custom_code, cuda_graphs, deep_gemm, modelinfo_cache, tuned_configs
+from . import early_checks, parallel_layout
 from .exit_codes import ExitCode
 from .paths import ROOT
 from .settings import Context, Settings, SettingValueError, flag_set
@@ -271,9 +272,14 @@ def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
     user = sources.resolve(ctx)
     kind, model_path, s3_url = _model(user)
     adapters = find_adapters(model_path) if kind != "hub" else {}
-    res = sources.resolve(ctx, context_defaults(kind, user, env, is_cpu_build(), adapters))
+    defaults = context_defaults(kind, user, env, is_cpu_build(), adapters)
+    res = sources.resolve(ctx, defaults)
+    # the parallel layout from the checkpoint's config.json: expert parallelism where TP splits its FP8 blocks
+    layout = parallel_layout.plan_layout(kind, model_path, res.entries, res.settings.moe_backend, env)
+    if layout is not None and layout.default is not None:
+        res = sources.resolve(ctx, [*defaults, layout.default])
     s = res.settings
-    notes: list[str] = list(res.notes)
+    notes: list[str] = list(res.notes) + ([layout.note] if layout is not None else [])
     if adapters:
         notes.append(f"LoRA adapters: {', '.join(adapters)} (chosen per request by the X-Amzn-SageMaker-Adapter-Identifier "
                      "header, LMI's adapters field or the OpenAI model field)")
@@ -312,6 +318,7 @@ def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
     if compile_config and "compilation_config" not in res.entries:
         argv += vllm_args.argv(vllm_args.flag_for("compilation_config"), compile_config)
     argv += ["--middleware", LMI_MIDDLEWARE]
+    early_checks.check(res.entries, argv[len(ENGINE_COMMAND) + 2:], vllm_args.parser)
 
     engine_env = dict(env) | no_deep_gemm
     for r in res.entries.values():
@@ -469,13 +476,15 @@ def main(argv: list[str] | None = None) -> int:
             log.error("model download failed: %s", e)
             return ExitCode.DOWNLOAD_FAILED
         raise
-    if p.model_source == "s3" and find_adapters(p.model_path):
-        try:  # the adapters came with the download: plan again to serve them
+    if p.model_source == "s3":
+        try:  # config.json (the parallel layout) and any adapters came with the download: plan again
             p = plan()
         except resolve.ConfigError as e:
             print(f"configuration error: {e}", file=sys.stderr)
             return ExitCode.CONFIG_ERROR
-        log.info("%s", next(n for n in p.notes if n.startswith("LoRA adapters")))
+        for note in p.notes:
+            if note.startswith(("LoRA adapters", parallel_layout.NOTE)):
+                log.info("%s", note)
     try:
         code = custom_code.prepare(p.code_folder, p.settings.custom_script_filename, p.settings.cache_dir, p.env,
                        p.settings.install_requirements)

@@ -29,6 +29,7 @@ from .settings import flag_set
 NOTE = "layout"  # every start-log line of this module begins so
 REFINE_MIN = 32  # vLLM's refine_fp8_moe_block_shape: the finest block it refines scales to
 REFINING_BACKENDS = ("auto", "triton")  # the MoE backends that take a refined block shape (vLLM's Triton experts)
+UNQUANTIZED = "no weight blocks"
 EP_KEY, TP_KEY = "enable_expert_parallel", "tensor_parallel_size"
 
 
@@ -86,7 +87,7 @@ class MoeSplit:
 
     @property
     def on_block(self) -> bool:
-        return self.how == "whole blocks"
+        return self.how in ("whole blocks", UNQUANTIZED)
 
 
 def moe_split(ck: Checkpoint, tp: int, dp: int, ep: bool, backend: str = "auto", lora: bool = False) -> MoeSplit:
@@ -96,7 +97,7 @@ def moe_split(ck: Checkpoint, tp: int, dp: int, ep: bool, backend: str = "auto",
     moe_tp, ep_size = (1, world) if use_ep else (world, 1)
     n = ck.moe_n // moe_tp
     if ck.block is None:
-        return MoeSplit(moe_tp, ep_size, n, "whole blocks")
+        return MoeSplit(moe_tp, ep_size, n, UNQUANTIZED)
     bn, bk = ck.block
     if n % bn == 0 and (moe_tp == 1 or n % bk == 0):
         return MoeSplit(moe_tp, ep_size, n, "whole blocks")
