@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Mapping
 
 from . import resolve
-from . import compile_cache, compile_passes, custom_code, cuda_graphs, deep_gemm, modelinfo_cache, tuned_configs
+from . import compile_cache, compile_passes, custom_code, cuda_graphs, kernels, modelinfo_cache, tuned_configs
 from . import early_checks, parallel_layout
 from .exit_codes import ExitCode
 from .paths import ROOT
@@ -272,7 +272,10 @@ def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
     user = sources.resolve(ctx)
     kind, model_path, s3_url = _model(user)
     adapters = find_adapters(model_path) if kind != "hub" else {}
-    defaults = context_defaults(kind, user, env, is_cpu_build(), adapters)
+    # the FP8 kernels the figures were measured with, from the checkpoint's config.json (serving/kernels.py)
+    kernel_plan = kernels.plan(kernels.checkpoint_config(kind, model_path), user.entries, env, is_cpu_build(),
+                               bool(user.settings.fp8_moe_stock_order))
+    defaults = context_defaults(kind, user, env, is_cpu_build(), adapters) + kernel_plan.defaults
     res = sources.resolve(ctx, defaults)
     # the parallel layout from the checkpoint's config.json: expert parallelism where TP splits its FP8 blocks
     layout = parallel_layout.plan_layout(kind, model_path, res.entries, res.settings.moe_backend, env)
@@ -302,9 +305,7 @@ def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
         if note:
             notes.append(note)
     compile_config = json.dumps(added) if added else None
-    no_deep_gemm, note = deep_gemm.engine_env(env, is_cpu_build())
-    if note:
-        notes.append(note)
+    notes += kernel_plan.notes
 
     argv = [sys.executable, *ENGINE_COMMAND, model_path]
     for key, r in sorted(res.entries.items()):
@@ -320,7 +321,7 @@ def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
     argv += ["--middleware", LMI_MIDDLEWARE]
     early_checks.check(res.entries, argv[len(ENGINE_COMMAND) + 2:], vllm_args.parser)
 
-    engine_env = dict(env) | no_deep_gemm
+    engine_env = dict(env) | kernel_plan.env
     for r in res.entries.values():
         if r.setting is not None and r.setting.engine_env:
             v = r.value
@@ -483,7 +484,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"configuration error: {e}", file=sys.stderr)
             return ExitCode.CONFIG_ERROR
         for note in p.notes:
-            if note.startswith(("LoRA adapters", parallel_layout.NOTE)):
+            if note.startswith(("LoRA adapters", parallel_layout.NOTE, kernels.NOTE)):
                 log.info("%s", note)
     try:
         code = custom_code.prepare(p.code_folder, p.settings.custom_script_filename, p.settings.cache_dir, p.env,

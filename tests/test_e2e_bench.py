@@ -455,33 +455,48 @@ def _bench_config(tmp_path) -> Config:
                   work=tmp_path, kv_bytes=1 << 30)
 
 
-def _image_launch_plan(image_env: dict):
-    """What the image's launcher makes of an image arm's settings (its OPTION_ variables and model folder)."""
+def _image_launch_plan(image_env: dict, model: Path | None = None):
+    """What the image's launcher makes of an image arm's settings (its OPTION_ variables and model folder), for the
+    model folder `model` (default: a hub id, whose config.json the launcher does not read)."""
     from serving import launcher
     from serving.vllm_args import VllmArgs
 
     return launcher.plan({k: v for k, v in image_env.items() if k.startswith("OPTION_") or k == "SERVING_MODEL_DIR"}
-                         | {"OPTION_MODEL_ID": "Qwen/Qwen3-0.6B"}, VllmArgs())
+                         | {"OPTION_MODEL_ID": str(model or "Qwen/Qwen3-0.6B")}, VllmArgs())
 
 
-def test_a_models_engine_args_reach_both_arms_as_the_same_vllm_flags(tmp_path):
-    """The block-FP8 model's --linear-backend cutlass: a flag on stock's command line, an OPTION_ variable for
-    the image, which the image's launcher turns into the same flag (so only the MoE path differs)."""
-    m = next(m for m in models.MODELS if m.fp8 == "block")
+def test_the_image_arms_carry_the_workloads_settings_alone_and_stock_keeps_its_linear_backend(tmp_path, gpu_build):
+    """A block-FP8 model's --linear-backend cutlass is a flag of the stock arm only. Every image arm's OPTION_
+    variables are its settings, the model, host and port, and the workload's own engine settings (lengths, batch,
+    memory) and the bench's instruments; its arm flag for the arms of one vLLM flag. The image's launcher then
+    chooses CUTLASS and Triton itself, from the shard's config.json, and agrees with stock on the workload."""
+    from serving.settings import TABLE
+
+    m = _model("qwen3-235b-ep8-block")
     assert dict(m.engine_args) == {"linear-backend": "cutlass"}
     cfg = _bench_config(tmp_path)
-    stock_cmd, _ = servers.server_command(cfg, m, "stock", tmp_path / "model", 8001)
-    _, image_env = servers.server_command(cfg, m, "image", tmp_path / "model", 8002)
-    assert stock_cmd[stock_cmd.index("--linear-backend") + 1] == "cutlass"
-    assert image_env["OPTION_LINEAR_BACKEND"] == "cutlass"
-    p = _image_launch_plan(image_env)
-    assert p.argv[p.argv.index("--linear-backend") + 1] == "cutlass"
-    # every other engine setting of the two arms agrees too
+    shard = _shard(tmp_path, "qwen3-235b-a22b-ep8", layers=2, fp8="block")
+    assert json.loads((shard / "config.json").read_text())["quantization_config"]["weight_block_size"]
+    stock_cmd, _ = servers.server_command(cfg, m, "stock", shard, 8001)
+    assert _flag(stock_cmd, "--linear-backend") == "cutlass"
+    allowed = {*models.WORKLOAD_ENGINE_ARGS, *models.INSTRUMENT_ENGINE_ARGS}
+    for arm in models.IMAGE_ARM_SETTINGS:
+        _, env = servers.server_command(cfg, m, arm, shard, 8002)
+        own = {*models.CONTAINER_SETTINGS, *models.IMAGE_ARM_SETTINGS[arm], "model_id", "host", "port",
+               *(("configs_dir",) if arm == models.CANDIDATES_ARM else ())}
+        names = {n for key in own for n in (f"OPTION_{key.upper()}", *TABLE[key].env_names) if key in TABLE} | {
+            f"OPTION_{k.replace('-', '_').upper()}" for k in (*allowed, *models.IMAGE_ARM_ENGINE_ARGS.get(arm, {}))}
+        assert {k for k in env if k.startswith("OPTION_")} <= names, arm
+    _, image_env = servers.server_command(cfg, m, "image", shard, 8002)
+    assert "OPTION_LINEAR_BACKEND" not in image_env and "OPTION_MOE_BACKEND" not in image_env
+    p = _image_launch_plan(image_env, shard)
+    assert (_flag(p.argv, "--linear-backend"), _flag(p.argv, "--moe-backend")) == ("cutlass", "triton")
+    assert p.resolved["linear_backend"].source.startswith("default (block FP8")
     for flag in ("--max-num-seqs", "--max-model-len", "--kv-cache-memory-bytes", "--gpu-memory-utilization"):
-        assert p.argv[p.argv.index(flag) + 1] == stock_cmd[stock_cmd.index(flag) + 1], flag
+        assert _flag(p.argv, flag) == _flag(stock_cmd, flag), flag
     assert "--jit-monitor-verbose" in p.argv and "--jit-monitor-verbose" in stock_cmd
     # both arms start `vllm serve`, the model its positional argument
-    assert stock_cmd[1:5] == ["-m", "vllm.entrypoints.cli.main", "serve", str(tmp_path / "model")]
+    assert stock_cmd[1:5] == ["-m", "vllm.entrypoints.cli.main", "serve", str(shard)]
     assert p.argv[1:4] == stock_cmd[1:4]
 
 
@@ -600,8 +615,8 @@ def test_the_piecewise_prompts_arm_is_the_image_with_vllms_cuda_graph_mode(tmp_p
 
 def test_the_no_nvcc_arm_is_the_image_as_its_container_runs_it(tmp_path, monkeypatch, gpu_build):
     """image-no-nvcc: the image's settings with nvcc off PATH and CUDA_HOME pointing where there is none, as in the
-    image's runtime base; its launcher then turns DeepGEMM off (VLLM_USE_DEEP_GEMM=0), which the image arm, started
-    where the host's nvcc is found, does not."""
+    image's runtime base; its launcher chooses the same kernels as the image arm's, started where the host's nvcc is
+    found: DeepGEMM off (VLLM_USE_DEEP_GEMM=0), CUTLASS and Triton for the block-FP8 shard (serving/kernels.py)."""
     from serving import launcher
     from serving.vllm_args import VllmArgs
 
@@ -619,9 +634,11 @@ def test_the_no_nvcc_arm_is_the_image_as_its_container_runs_it(tmp_path, monkeyp
     assert str(cuda / "bin") in envs["image"]["PATH"].split(os.pathsep) and envs["image"]["CUDA_HOME"] == str(cuda)
     assert str(cuda / "bin") not in envs[models.NO_NVCC_ARM]["PATH"].split(os.pathsep)
     assert not Path(envs[models.NO_NVCC_ARM]["CUDA_HOME"]).exists()
-    plans = {arm: launcher.plan(env | {"OPTION_MODEL_ID": "Qwen/Qwen3-0.6B"}, VllmArgs()) for arm, env in envs.items()}
-    assert plans[models.NO_NVCC_ARM].env.get("VLLM_USE_DEEP_GEMM") == "0"
-    assert "VLLM_USE_DEEP_GEMM" not in plans["image"].env
+    shard = _shard(tmp_path, "qwen3-coder-480b-a35b-ep8", layers=2, fp8="block")
+    plans = {arm: launcher.plan(env | {"OPTION_MODEL_ID": str(shard)}, VllmArgs()) for arm, env in envs.items()}
+    for p in plans.values():
+        assert p.env["VLLM_USE_DEEP_GEMM"] == "0"
+        assert (_flag(p.argv, "--linear-backend"), _flag(p.argv, "--moe-backend")) == ("cutlass", "triton")
     assert plans["image"].argv == plans[models.NO_NVCC_ARM].argv
     # --image-no-nvcc: every image arm so, stock as before
     cfg = replace(cfg, image_no_nvcc=True)
@@ -1061,14 +1078,15 @@ def test_the_embedded_models_depth_is_not_silently_ignored(tmp_path, capsys):
 
 # --- The peer arms (sglang, vllm-latest): their commands, settings and runtimes, checked without an engine ---
 
-def _shard(tmp_path: Path, preset: str = "qwen3-235b-a22b-tp8", layers: int = 94) -> Path:
-    """A model folder holding only the config.json the bench's make_model writes for a preset shard (the peers'
-    commands read it for the KV budget in tokens)."""
+def _shard(tmp_path: Path, preset: str = "qwen3-235b-a22b-tp8", layers: int = 94, fp8: str = "tensor") -> Path:
+    """A model folder holding only the config.json the bench's make_model writes for a preset shard in FP8 scheme
+    fp8 (the peers' commands read it for the KV budget in tokens, the image's launcher for its FP8 kernels)."""
     from serving.tiny_model import _config, preset_spec
 
-    d = tmp_path / f"{preset}-{layers}"
+    d = tmp_path / f"{preset}-{layers}-{fp8}"
     d.mkdir(parents=True, exist_ok=True)
-    (d / "config.json").write_text(json.dumps(_config(preset_spec(preset, layers=layers, fp8=True), 1, 2)))
+    spec = preset_spec(preset, layers=layers, fp8=True, fp8_scheme=fp8)
+    (d / "config.json").write_text(json.dumps(_config(spec, 1, 2)))
     return d
 
 

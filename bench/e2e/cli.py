@@ -75,9 +75,9 @@ def parser() -> argparse.ArgumentParser:
                    help="config files (fused-MoE or small-M) laid over configs/ for the image-candidates arm, "
                         "e.g. bench/data/h200_block_17/small_m_candidates; --arms image-candidates needs it")
     p.add_argument("--image-no-nvcc", action="store_true",
-                   help="start every image arm as the image's container runs it: no nvcc on PATH or under CUDA_HOME, "
-                        "so its launcher turns DeepGEMM off (the image-no-nvcc arm alone does that by default; "
-                        "stock and the peers keep the host's nvcc)")
+                   help="start every image arm as the image's container runs it: no nvcc on PATH or under CUDA_HOME "
+                        "(the image-no-nvcc arm alone by default; stock and the peers keep the host's nvcc); its "
+                        "launcher chooses the same kernels either way")
     p.add_argument("--models-only", action="store_true",
                    help="make the chosen models at their --layers in --models-dir and stop, for a later run to "
                         "reuse (a device session makes them while its wheelhouse is still arriving); no server "

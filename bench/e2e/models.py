@@ -16,8 +16,9 @@ DEFAULT_LAYERS = 16
 
 @dataclass(frozen=True)
 class Model:
-    """One benchmark model: a serving.tiny_model preset in one FP8 scheme, the arms that serve it, and
-    engine arguments every arm of it gets (flag without its leading dashes -> value)."""
+    """One benchmark model: a serving.tiny_model preset in one FP8 scheme, the arms that serve it, and engine
+    arguments its stock arms get (stock, vllm-latest; flag without its leading dashes -> value). The image arms get
+    none of them: they run the container's defaults plus the workload's own settings (WORKLOAD_ENGINE_ARGS)."""
     name: str
     preset: str
     fp8: str
@@ -88,10 +89,9 @@ def parse_layers(tokens: list[str], models: list[str]) -> dict[str, int]:
 # image's choice as "image-compiled-norm-quant" beside the image with vllm), and
 # "image-compile-decode-sizes" (torch.compile graphs of their own for decode steps of 1, 2, 4 and 8 tokens:
 # option.compile_decode_tokens 8, serving/compile_passes.py),
-# "image-no-nvcc" (the image as its container runs it: no nvcc on PATH or under CUDA_HOME, so the launcher turns
-# DeepGEMM off and vLLM leaves its E8M0 scales off, which changes the block-FP8 activation quantization and lets the
-# Triton MoE path take vLLM's one-kernel SiLU-and-mul + group quantization; the image arm runs where the host's nvcc
-# is found, as stock does), and
+# "image-no-nvcc" (the image as its container runs it: no nvcc on PATH or under CUDA_HOME; the launcher chooses the
+# same kernels with or without one, DeepGEMM off among them (serving/kernels.py); the image arm runs where the
+# host's nvcc is found, as stock does), and
 # "image-no-aot-compile" (vLLM's torch.compile without its AOT compile: option.aot_compile false),
 # "image-compile-cache" (vLLM's compile cache written, AOT artifacts included, where the image in its container
 # leaves it off: option.disable_compile_cache false, as with a cache volume), "image-spawn" (vLLM's engine core
@@ -172,11 +172,16 @@ MEASURED_ARMS = ("stock", "image", "image-stock-order", "image-vllm-quant", "ima
                  "image-bf16-router", "image-cutlass-dense", "image-gemv-silu", QK_NORM_ROPE_ARM, *NORM_QUANT_ARMS,
                  COMPILE_SIZES_ARM, NO_NVCC_ARM, ATTN_ONE_SPLIT_ARM, PIECEWISE_PROMPTS_ARM, NO_AOT_COMPILE_ARM,
                  COMPILE_CACHE_ARM, SPAWN_ARM, EXEC_ARM, ONE_API_SERVER_ARM, CANDIDATES_ARM, *PEER_ARMS)
-# Block FP8: the linear layers on vLLM's prebuilt CUTLASS block-scaled kernel in both arms, so that only the MoE
-# path differs. vLLM's default there is FlashInfer's DeepGEMM kernel, which the image builds with nvcc at start and
-# stock follows with DeepGEMM's JIT warm-up of 512 shapes (42-48 minutes on an H200 by its own estimate), beyond
-# one session's device time.
+# Block FP8, the stock arms: the linear layers on vLLM's prebuilt CUTLASS block-scaled kernel, the kernel the image
+# chooses itself (serving/kernels.py). vLLM's default there is FlashInfer's DeepGEMM kernel, built with nvcc at start
+# and followed by DeepGEMM's JIT warm-up of 512 shapes (42-48 minutes on an H200 by its own estimate), beyond one
+# session's device time.
 BLOCK_FP8_ENGINE_ARGS = (("linear-backend", "cutlass"),)
+# The engine flags an image arm carries: the workload's own settings (lengths, batch, memory; servers.engine_args)
+# and the bench's instruments (JIT-compile lines, the profiler), nothing the container would choose itself; the arms
+# of IMAGE_ARM_ENGINE_ARGS add their one flag.
+WORKLOAD_ENGINE_ARGS = ("max-num-seqs", "max-model-len", "gpu-memory-utilization", "kv-cache-memory-bytes")
+INSTRUMENT_ENGINE_ARGS = ("jit-monitor-verbose", "profiler-config")
 # Every GPU model has the Q/K norm + RoPE arm, the norm + quantization arms, the decode compile sizes, the image
 # without nvcc, the one-split attention arm, the piecewise-prompts arm, the image without vLLM's AOT compile, with its
 # compile cache, with its engine core spawned, the exec'ing launcher, with one API server, the candidates arm and

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from serving.deep_gemm import nvcc_path
+from serving.kernels import deep_gemm_nvcc
 from serving.paths import CONFIGS_DIR, ROOT
 from serving.settings import TABLE, to_environment
 from tools.launcher_process import Server, free_port, spawn
@@ -151,14 +151,15 @@ def kv_sequences(kv_bytes: int, model_dir: Path, seq_tokens: int, block: int = 1
 
 
 def engine_args(cfg: Config, model: Model, name: str) -> dict[str, object]:
-    """The vLLM engine settings of the stock, image and vllm-latest arms (flag without dashes -> value, True for a
-    bare flag)."""
+    """The workload's vLLM engine settings, which every vLLM arm gets (flag without dashes -> value, True for a bare
+    flag): lengths, batch and memory (models.WORKLOAD_ENGINE_ARGS) and the bench's instruments. A model's own
+    engine_args go to its stock and vllm-latest arms only (server_command)."""
     # jit-monitor-verbose: vLLM's JIT monitor otherwise warns once per kernel, so a second compile of the
     # same kernel (stock's first larger batch) would leave no line to count
     args: dict[str, object] = {
         "jit-monitor-verbose": True, "max-num-seqs": str(MAX_NUM_SEQS),
         "max-model-len": str(cfg.max_model_len), "gpu-memory-utilization": str(cfg.gpu_mem),
-        "kv-cache-memory-bytes": str(cfg.kv_bytes), **dict(model.engine_args)}
+        "kv-cache-memory-bytes": str(cfg.kv_bytes)}
     if cfg.profile:
         prof = cfg.profile_dir(name)
         prof.mkdir(parents=True, exist_ok=True)
@@ -209,6 +210,8 @@ def server_command(cfg: Config, model: Model, arm: str, model_dir: Path, port: i
         for k in NOT_INHERITED_BY_PEERS:
             env.pop(k, None)
     args = {**engine_args(cfg, model, name), **IMAGE_ARM_ENGINE_ARGS.get(arm, {})}
+    if arm not in IMAGE_ARM_SETTINGS:  # the image arms run the container's own kernels (serving/kernels.py)
+        args.update(model.engine_args)
     if arm in IMAGE_ARM_SETTINGS:
         settings = {**CONTAINER_SETTINGS, **IMAGE_ARM_SETTINGS[arm]}
         if arm == CANDIDATES_ARM:
@@ -264,7 +267,7 @@ def start_server(cfg: Config, model: Model, arm: str, model_dir: Path, facts: di
     name = server_name(model, arm)
     cmd, env = server_command(cfg, model, arm, model_dir, port)
     if facts is not None:
-        found = nvcc_path(env)
+        found = deep_gemm_nvcc(env)
         facts["nvcc"] = str(found) if found else None
     cwd = cfg.home(name) if arm in PEER_ARMS else ROOT
     return spawn(cmd, env, cfg.log_path(name), port, name=name, model=str(model_dir), cwd=cwd,
@@ -316,7 +319,7 @@ def log_facts(s: Server) -> dict:
     pick = re.compile(r"Fp8 MoE backend|TRITON preferred|Warming up the fused-MoE|FlashInfer|Building JIT module|"
                       r"nvcc|Using .*MoE|moe backend|does not support the deployment|"
                       r"KV cache size|KV Cache is allocated|max_total_num_tokens|MoE kernel config|moe_runner|"
-                      r"DeepGEMM|deep_gemm|Capture cuda graph|tuned configs:", re.I)
+                      r"DeepGEMM|deep_gemm|Capture cuda graph|tuned configs:|Selected \w+Kernel|FP8 kernels", re.I)
     lines = []
     for ln in text.splitlines():
         if pick.search(ln) and len(lines) < 40:
