@@ -1599,3 +1599,24 @@ def test_the_kv_budget_says_how_many_requests_it_holds_and_the_report_names_the_
     notes = [ln for ln in report.summarize(results).splitlines() if ln.startswith("- m: the KV budget")]
     assert notes == ([f"- m: the KV budget holds {fit} requests at once; at 128 clients the others waited for their "
                       "blocks (raise --kv-bytes to measure the engine alone)"] if fit < 128 else [])
+
+
+def test_the_start_checks_two_layouts_put_nvcc_on_path_and_under_the_default_folder_only(tmp_path, monkeypatch):
+    """bench.e2e.start_check: one layout finds nvcc on PATH; the other has it only where the default CUDA folder
+    would be (PATH without it, CUDA_HOME and CUDA_PATH unset), where FlashInfer's GEMM runtime finds none."""
+    from bench.e2e import start_check
+    from serving import kernels
+
+    cuda = tmp_path / "cuda"
+    (cuda / "bin").mkdir(parents=True)
+    (cuda / "bin" / "nvcc").write_text("#!/bin/sh\n")
+    (cuda / "bin" / "nvcc").chmod(0o755)
+    monkeypatch.setattr(start_check, "DEFAULT_CUDA_BIN", cuda / "bin")
+    monkeypatch.setattr(kernels, "DEFAULT_CUDA_HOME", str(cuda))
+    base = {"PATH": f"/usr/bin{os.pathsep}/bin", "CUDA_HOME": str(cuda), "HOME": str(tmp_path)}
+    on_path, hidden = start_check.layouts(base).values()
+    assert on_path["PATH"].split(os.pathsep)[0] == str(cuda / "bin") and on_path["CUDA_HOME"] == str(cuda)
+    assert str(cuda / "bin") not in hidden["PATH"] and "CUDA_HOME" not in hidden and "CUDA_PATH" not in hidden
+    assert kernels.deep_gemm_nvcc(hidden) == cuda / "bin" / "nvcc" and kernels.flashinfer_nvcc(hidden)
+    assert kernels.flashinfer_nvcc(hidden, gemm_runtime=True) is None
+    assert kernels.flashinfer_nvcc(on_path, gemm_runtime=True) == cuda / "bin" / "nvcc"
