@@ -95,8 +95,8 @@ def _parsers(by_flag: Mapping[str, resolve.Resolved]) -> None:
 
 
 def _chat_template(r: resolve.Resolved | None) -> None:
-    """A readable file, a name of vLLM's bundled templates, or an inline Jinja template (vLLM's rule: a value with
-    braces or a newline is a template)."""
+    """An existing path must be a readable file, and an inline template (vLLM's rule: a value with braces or a
+    newline) must parse; a missing path is vLLM's validate_chat_template's to name (above)."""
     if r is None or not r.raw.strip():
         return
     value = r.raw.strip()
@@ -108,15 +108,8 @@ def _chat_template(r: resolve.Resolved | None) -> None:
             raise _error(r, f"inline chat template does not parse as Jinja: {e.message} (line {e.lineno})") from None
         return
     path = Path(value).expanduser()
-    if path.exists():
-        if not path.is_file() or not os.access(path, os.R_OK):
-            raise _error(r, f"{value} is not a readable file")
-        return
-    from vllm.transformers_utils.chat_templates.registry import CHAT_TEMPLATES_DIR
-    if not (CHAT_TEMPLATES_DIR / value).is_file():
-        bundled = sorted(p.name for p in CHAT_TEMPLATES_DIR.glob("*.jinja"))
-        raise _error(r, f"{value} is neither a file nor an inline template (a value with braces or a newline) nor "
-                        f"one of vLLM's bundled templates in {CHAT_TEMPLATES_DIR} ({_allowed(bundled)})")
+    if path.exists() and (not path.is_file() or not os.access(path, os.R_OK)):
+        raise _error(r, f"{value} is not a readable file")
 
 
 def speculative_methods() -> list[str]:
