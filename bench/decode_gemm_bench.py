@@ -46,14 +46,13 @@ from pathlib import Path
 import torch
 
 from bench.cuda_graph_timing import CALLS, REPS, graph_of, in_turn, time_us
-from bench.dense_gemv_probe import gemv_tiles
 from bench.moe.problem import ROTATED_BYTES, n_sets_for
 from serving.paths import CONFIGS_DIR
 
 BLOCK = 128
 # The checkpoints' full routers (hidden, experts): what each deployment runs on every rank.
 ROUTERS = {"qwen3-235b-a22b": (4096, 128), "qwen3-coder-480b-a35b": (6144, 160), "deepseek-v3": (7168, 256)}
-# The engine bench's block-FP8 shards (serving.tiny_model presets), whose dense layers and local routers these are.
+# The engine bench's block-FP8 shards (bench/e2e/shards.py presets), whose dense layers and local routers these are.
 SHARD_PRESETS = ("qwen3-235b-a22b-ep8", "qwen3-coder-480b-a35b-ep8", "deepseek-v3-ep8", "qwen3-235b-a22b-tp4",
                  "qwen3-coder-480b-a35b-tp4", "deepseek-v3-tp8", "deepseek-v3-tp8-mla")
 ROUTER_TOKENS = (1, 2, 4, 8, 16, 32)
@@ -80,6 +79,15 @@ GEMV_GRID = [dict(BLOCK_SIZE_N=n, BLOCK_SIZE_K=k, num_warps=4, num_stages=st)
 QUICK_GEMV_GRID = [c for c in GEMV_GRID if c["num_stages"] == 3 and c["BLOCK_SIZE_N"] in (4, 8)]
 GEMV_MAX_TOKENS = 4
 FUSED = "split-K quantizing"  # the arm of patch 0010's fused_input_quant: the split-K kernel on the bf16 input
+
+
+def gemv_tiles(gemv: dict, N: int, K: int) -> bool:
+    """Whether a GEMV dict tiles (N, K) as patch 0010's lmi_check_gemv_entry requires of [128, 128] blocks:
+    BLOCK_SIZE_N a power of two dividing 128 and N, BLOCK_SIZE_K a power of two of whole groups dividing K."""
+    bn, bk = gemv["BLOCK_SIZE_N"], gemv["BLOCK_SIZE_K"]
+    return not (bn & (bn - 1) or BLOCK % bn or N % bn or bk & (bk - 1) or bk % BLOCK or K % bk)
+
+
 def weight_sets(*tensors: torch.Tensor, total: int = ROTATED_BYTES) -> list[tuple[torch.Tensor, ...]]:
     """The tensors and enough copies of them (same values, other memory) that all the sets together hold at least
     `total` bytes, by the kernel harness's rule (n_sets_for: two sets at least, and no more than a graph's CALLS
@@ -102,7 +110,7 @@ def shard_shapes(presets=SHARD_PRESETS) -> tuple[dict[str, tuple[int, int]], dic
     q_b (the query's rank -> q heads of a no-RoPE and a RoPE part) and o_proj (hidden <- value heads), and the shared
     expert's gate_up. Left out: MLA's fused q_a and kv_a projection (2,112 wide, no multiple of the 128 block), the
     shared expert's down (K=256: 1.8 MB, shorter than any GEMV step) and the three dense first layers' MLP."""
-    from serving.tiny_model import preset_spec
+    from bench.e2e.shards import preset_spec
 
     dense, routers = {}, {}
     for preset in presets:

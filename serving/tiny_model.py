@@ -1,21 +1,11 @@
 """Make a tiny random-weight Qwen3-MoE (or DeepSeek-V3) checkpoint, with no hub download.
 
-The launcher serves one of these when no model is configured (`make run`), the
-tests serve one on the CPU engine, and `--fp8` writes an FP8 checkpoint for GPU
-smoke tests and the engine benchmark of the patched MoE path.
+The launcher serves one of these when no model is configured (`make run`; the image makes it at
+build time), the tests serve one on the CPU engine, and `--fp8` writes an FP8 checkpoint for the
+GPU smoke tests. The engine benchmark's shard-sized models are this module's too (bench/e2e/shards.py).
 
     python -m serving.tiny_model --out DIR [--layers 2] [--hidden 256] [--experts 8] [--fp8 [tensor|static|block]]
-    python -m serving.tiny_model --out DIR --preset qwen3-235b-a22b-tp8 --layers 4 --fp8 tensor
     python -m serving.tiny_model --out DIR ... --reuse   # keep DIR when it already holds that model
-
-A preset gives the layer dimensions one GPU of a real deployment sees, with random weights and
-reduced depth (`--layers`), served at TP=1:
-  - `-tp8` / `-tp4`: one rank of tensor parallelism 8 or 4 (heads, KV heads and every expert's N
-    divided by the TP size; all experts, the model's top-k);
-  - `-ep8`: one rank of expert parallelism 8, as vLLM's recipes deploy the block-FP8 Qwen3 and
-    DeepSeek checkpoints (PRESETS says how it matches such a rank and where it does not);
-  - `deepseek-v3-tp8-mla`: one rank of DeepSeek-V3 at tensor parallelism 8 in its own architecture
-    (MLA, shared expert, dense first layers, grouped sigmoid routing) rather than Qwen3-MoE's.
 
 The tokenizer is byte-level (every byte is a token, no merges), so any text
 round-trips and no vocabulary file has to be downloaded.
@@ -28,7 +18,7 @@ import os
 import shutil
 import sys
 import tempfile
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Mapping
 
@@ -112,12 +102,6 @@ class TinySpec:
             # vLLM refuses it too (validate_fp8_block_shape_moe): block-FP8 MoE needs N % 128 == 0.
             raise ValueError(f"block FP8 needs moe_intermediate divisible by {FP8_BLOCK} "
                              f"(got {self.moe_intermediate})")
-
-    def check_tp(self, tp: int) -> None:
-        """Tensor parallel splits heads, KV heads, experts' N and the vocab across ranks."""
-        for name in ("heads", "kv_heads", "experts", "moe_intermediate", "vocab"):
-            if getattr(self, name) % tp:
-                raise ValueError(f"--{name.replace('_', '-')}={getattr(self, name)} is not divisible by --tp-friendly={tp}")
 
 
 def _byte_level_tokenizer():
@@ -244,14 +228,14 @@ def _quantize_fp8(state: dict, scheme: str = "tensor") -> dict:
     """FP8 for every projection (attention and experts); router, norms, embeddings stay bf16."""
     out = {}
     for name, t in state.items():
-        if _is_projection(name, t):
+        if is_projection(name, t):
             out.update(_quantize_one(name, t, scheme))
         else:
             out[name] = t
     return out
 
 
-def _is_projection(name: str, t) -> bool:
+def is_projection(name: str, t) -> bool:
     """The linear layers FP8 quantizes: attention, MLP and expert projections (not router, norms, embeddings)."""
     return name.endswith(("_proj.weight", "_proj_with_mqa.weight")) and t.dim() == 2
 
@@ -359,37 +343,9 @@ def _meta_state(hf_cfg, spec: TinySpec) -> dict:
         return _per_expert_state(_model_class(hf_cfg.model_type)(hf_cfg).state_dict(), spec)
 
 
-def checkpoint_bytes(spec: TinySpec) -> int:
-    """The bytes of the tensors that make(spec) writes to model.safetensors (the file is these and a header of a few
-    KB): bf16 for the router, norms and embeddings, and for an FP8 checkpoint one byte an element for each projection
-    with its float32 scales (one a tensor, one per 128 x 128 block for block FP8, and an input scale for static).
-    Every decoder layer after the dense first ones is the same, so a depth costs what the first MoE layer and one more
-    give: no model of that depth is built."""
-    first, at_first, layer = layer_bytes(spec)
-    if spec.layers < first:
-        return _tensor_bytes(spec)
-    return at_first + (spec.layers - first) * layer
-
-
-def layer_bytes(spec: TinySpec) -> tuple[int, int, int]:
-    """(n, checkpoint_bytes of spec at n decoder layers, what each further layer adds): n counts the dense first
-    layers and the first MoE layer."""
-    first = spec.dense_layers + 1
-    at_first, at_next = (_tensor_bytes(replace(spec, layers=n)) for n in (first, first + 1))
-    return first, at_first, at_next - at_first
-
-
-def _tensor_bytes(spec: TinySpec) -> int:
-    total = 0
-    for name, t in _meta_state(_hf_config(_config(spec, eos_id=0, bos_id=0)), spec).items():
-        if not (spec.fp8 and _is_projection(name, t)):
-            total += 2 * t.numel()
-        elif spec.fp8_scheme == "block":
-            n, k = t.shape
-            total += t.numel() + 4 * -(-n // FP8_BLOCK) * -(-k // FP8_BLOCK)
-        else:
-            total += t.numel() + 4 * (2 if spec.fp8_scheme == "static" else 1)
-    return total
+def tensor_shapes(spec: TinySpec) -> dict:
+    """The tensors of spec's checkpoint before FP8 quantization, by name, on the meta device (shapes, no memory)."""
+    return _meta_state(_hf_config(_config(spec, eos_id=0, bos_id=0)), spec)
 
 
 def _direct_state(hf_cfg, spec: TinySpec) -> dict:
@@ -412,7 +368,7 @@ def _direct_state(hf_cfg, spec: TinySpec) -> dict:
             if name == "lm_head.weight":
                 _printable_output_head(t)
             t = t.to(torch.bfloat16)
-        if spec.fp8 and _is_projection(name, t):
+        if spec.fp8 and is_projection(name, t):
             out.update(_quantize_one(name, t, spec.fp8_scheme))
         else:
             out[name] = t
@@ -472,60 +428,6 @@ def ensure(out: Path, spec: TinySpec = TinySpec()) -> Path:
     return Path(out) if holds(out, spec) else make(Path(out), spec)
 
 
-# One GPU's share of real models at tensor parallelism 8 ("TP8 shard"): attention heads and the
-# MoE's N divided by 8 (KV heads replicated up to one per rank), hidden size and expert count
-# whole, so each MoE GEMM has exactly the shape one rank runs. The vocabulary is cut (bench
-# latency draws token ids up to about 10,000). DeepSeek-V3's MLA attention, shared expert, dense first
-# layers and grouped sigmoid routing are stood in for by Qwen3-MoE's attention and softmax top-k: only
-# its routed-expert GEMMs and o_proj are exact.
-PRESETS: dict[str, dict] = {
-    "qwen3-30b-a3b": dict(hidden=2048, heads=32, kv_heads=4, head_dim=128, experts=128, top_k=8,
-                          moe_intermediate=768),
-    "qwen3-235b-a22b-tp8": dict(hidden=4096, heads=8, kv_heads=1, head_dim=128, experts=128, top_k=8,
-                                moe_intermediate=192),
-    "qwen3-coder-480b-a35b-tp8": dict(hidden=6144, heads=12, kv_heads=1, head_dim=128, experts=160, top_k=8,
-                                      moe_intermediate=320),
-    "deepseek-v3-tp8": dict(hidden=7168, heads=16, kv_heads=1, head_dim=128, experts=256, top_k=8,
-                            moe_intermediate=256),
-    # Tensor parallelism 4 (vLLM's other layout for the block-FP8 Qwen3 checkpoints, whose N at TP8 is no
-    # multiple of the 128 block): a quarter of the heads and of each expert's N, every expert.
-    "qwen3-235b-a22b-tp4": dict(hidden=4096, heads=16, kv_heads=1, head_dim=128, experts=128, top_k=8,
-                                moe_intermediate=384),
-    "qwen3-coder-480b-a35b-tp4": dict(hidden=6144, heads=24, kv_heads=2, head_dim=128, experts=160, top_k=8,
-                                      moe_intermediate=640),
-    # Expert parallelism 8: a rank holds an eighth of the experts whole (N unsplit) and computes every token's
-    # picks among them. Top-8 over 128 (160, 256) experts lands on average 8 x 16/128 = 1 (token, local expert)
-    # pair per token on a rank, so the shard routes top-1 over its local experts: the same pairs per token, the
-    # same expert weights read per step, the same MoE GEMM shapes (the config file E=16,N=1536 etc.). Where it
-    # differs from a real rank: its router is 16 (20, 32) wide instead of 128 (160, 256), a step's pairs are
-    # spread exactly one per token instead of 0-8 per token with the same mean, and a TP=1 run has none of EP's
-    # collectives (the dispatch and combine of tokens across ranks). Attention as the layout shards it: TP8 heads
-    # for the 235B (SageMaker recipe: TP8 with expert parallelism) and DeepSeek-V3 (Qwen3 attention in place of
-    # MLA, as the tp8 preset), all heads for the Coder (recipe: data parallel 8 with expert parallelism).
-    "qwen3-235b-a22b-ep8": dict(hidden=4096, heads=8, kv_heads=1, head_dim=128, experts=16, top_k=1,
-                                moe_intermediate=1536),
-    "qwen3-coder-480b-a35b-ep8": dict(hidden=6144, heads=96, kv_heads=8, head_dim=128, experts=20, top_k=1,
-                                      moe_intermediate=2560),
-    "deepseek-v3-ep8": dict(hidden=7168, heads=16, kv_heads=1, head_dim=128, experts=32, top_k=1,
-                            moe_intermediate=2048),
-    # DeepSeek-V3 at TP8 in its own architecture: an eighth of the 128 heads (MLA's low-rank projections q_a and
-    # kv_a are whole on every rank), of every routed expert's N, of the shared expert and of the three dense first
-    # layers' MLP (18,432 wide); all 256 experts, top-8 within 4 of 8 groups, sigmoid scores with a bias. Only TP's
-    # collectives, the vocabulary and YaRN's scale differ from a rank of the real model.
-    "deepseek-v3-tp8-mla": dict(arch="deepseek_v3", hidden=7168, heads=16, kv_heads=16, head_dim=128, q_lora_rank=1536,
-                                kv_lora_rank=512, rope_head_dim=64, v_head_dim=128, experts=256, top_k=8,
-                                moe_intermediate=256, shared_experts=1, dense_layers=3, dense_intermediate=2304,
-                                expert_groups=8, topk_groups=4),
-}
-PRESET_COMMON = dict(vocab=16384, max_position=4096, direct_init=True)
-
-
-def preset_spec(name: str, **overrides) -> TinySpec:
-    if name not in PRESETS:
-        raise ValueError(f"preset {name!r}: allowed {', '.join(PRESETS)}")
-    return TinySpec(**{**PRESET_COMMON, **PRESETS[name], **overrides})
-
-
 MODEL_FOLDER = "tiny-qwen3-moe"  # inside the cache directory
 
 
@@ -534,45 +436,56 @@ def default_model_dir(env: Mapping[str, str] = os.environ) -> Path:
     return cache_dir(env) / MODEL_FOLDER
 
 
-def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, TinySpec]:
-    """The command line's options and the model they describe (a usage error exits, as argparse does)."""
-    p = argparse.ArgumentParser(prog="python -m serving.tiny_model", description=__doc__.split("\n\n")[0])
+DIMENSIONS = ("layers", "hidden", "heads", "kv_heads", "head_dim", "experts", "top_k", "moe_intermediate", "vocab",
+              "seed")
+
+
+def parser(prog: str = "python -m serving.tiny_model", description: str = __doc__.split("\n\n")[0]):
+    """The command line: the output folder, the dimensions, the FP8 scheme, --reuse."""
+    p = argparse.ArgumentParser(prog=prog, description=description)
     p.add_argument("--out", type=Path, default=None, help=f"output folder (default: {default_model_dir()})")
-    p.add_argument("--preset", choices=sorted(PRESETS), default=None,
-                   help="the layer dimensions of one GPU of a real model (the flags below override them)")
-    dims = ("layers", "hidden", "heads", "kv_heads", "head_dim", "experts", "top_k", "moe_intermediate", "vocab",
-            "seed")
-    for name in dims:  # default None: "not given", so a preset's value stands
+    for name in DIMENSIONS:  # default None: "not given", so a caller's base values stand
         p.add_argument("--" + name.replace("_", "-"), type=int, default=None,
-                       help=f"default {getattr(TinySpec(), name)} (or the preset's)")
-    p.add_argument("--tp-friendly", type=int, default=None, metavar="TP",
-                   help="check that heads, KV heads, experts, N and vocab split evenly over TP ranks")
+                       help=f"default {getattr(TinySpec(), name)}")
     p.add_argument("--fp8", nargs="?", const="tensor", default=None, choices=FP8_SCHEMES,
                    help="write an FP8 (float8_e4m3fn) checkpoint: tensor (default), static or block")
-    p.add_argument("--direct-init", action="store_true", help="fill weights tensor by tensor (fast; presets do)")
+    p.add_argument("--direct-init", action="store_true", help="fill weights tensor by tensor (fast)")
     p.add_argument("--reuse", action="store_true",
                    help="leave the output folder as it is when it already holds this model (its tiny_model.json)")
-    a = p.parse_args(argv)
-    given = {k: getattr(a, k) for k in dims if getattr(a, k) is not None}
+    return p
+
+
+def given_fields(a: argparse.Namespace) -> dict:
+    """The TinySpec fields the parsed command line gives."""
+    given = {k: getattr(a, k) for k in DIMENSIONS if getattr(a, k) is not None}
     if a.fp8:
         given.update(fp8=True, fp8_scheme=a.fp8)
     if a.direct_init:
         given["direct_init"] = True
+    return given
+
+
+def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, TinySpec]:
+    """The command line's options and the model they describe (a usage error exits, as argparse does)."""
+    p = parser()
+    a = p.parse_args(argv)
     try:
-        spec = preset_spec(a.preset, **given) if a.preset else TinySpec(**given)
+        spec = TinySpec(**given_fields(a))
         spec.check()
-        if a.tp_friendly:
-            spec.check_tp(a.tp_friendly)
     except ValueError as e:
         p.error(str(e))
     return a, spec
 
 
-def main(argv: list[str] | None = None) -> int:
-    a, spec = parse(argv)
+def write(a: argparse.Namespace, spec: TinySpec) -> int:
+    """Make (or with --reuse, keep) the model the command line describes; print its folder."""
     out = (ensure if a.reuse else make)(a.out or default_model_dir(), spec)
     print(out)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return write(*parse(argv))
 
 
 if __name__ == "__main__":

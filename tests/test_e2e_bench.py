@@ -1081,7 +1081,8 @@ def test_the_embedded_models_depth_is_not_silently_ignored(tmp_path, capsys):
 def _shard(tmp_path: Path, preset: str = "qwen3-235b-a22b-tp8", layers: int = 94, fp8: str = "tensor") -> Path:
     """A model folder holding only the config.json the bench's make_model writes for a preset shard in FP8 scheme
     fp8 (the peers' commands read it for the KV budget in tokens, the image's launcher for its FP8 kernels)."""
-    from serving.tiny_model import _config, preset_spec
+    from bench.e2e.shards import preset_spec
+    from serving.tiny_model import _config
 
     d = tmp_path / f"{preset}-{layers}-{fp8}"
     d.mkdir(parents=True, exist_ok=True)
@@ -1349,13 +1350,13 @@ def test_models_only_with_drop_models_makes_the_first_model_alone(tmp_path, caps
 
 
 def test_each_models_flags_make_the_spec_the_bench_checks_the_disk_for():
-    """make_model passes serving.tiny_model the flags tiny_model_args gives; tiny_model's own parser turns them into
-    the spec that Model.spec names (so the disk check sizes the checkpoint that is made)."""
-    from serving import tiny_model
+    """make_model passes bench.e2e.shards the flags tiny_model_args gives; its parser turns them into the spec that
+    Model.spec names (so the disk check sizes the checkpoint that is made)."""
+    from bench.e2e import shards
 
     for m in (*models.MODELS, models.CPU_CHECK):
         m = models.with_layers(m, 5) if m.preset else m
-        _, spec = tiny_model.parse(["--out", "x", "--reuse", *models.tiny_model_args(m)])
+        _, spec = shards.parse(["--out", "x", "--reuse", *models.tiny_model_args(m)])
         assert spec == m.spec, m.name
 
 
@@ -1365,7 +1366,7 @@ def test_a_checkpoint_the_disk_cannot_hold_is_refused_with_the_layers_that_fit(t
     and the most layers that fit, which do fit and one more does not."""
     import shutil
 
-    from serving.tiny_model import checkpoint_bytes
+    from bench.e2e.shards import checkpoint_bytes
 
     models_dir = tmp_path / "not-yet" / "models"
     name, layers = "deepseek-v3-ep8-block", 100_000  # 144 TB: more than any disk here
@@ -1386,7 +1387,7 @@ def test_the_layers_that_fit_count_a_models_dense_first_layers():
     """DeepSeek-V3's own architecture (deepseek-v3-tp8-mla) starts with three dense layers, lighter than the MoE layers
     after them: the room of n layers' checkpoint holds n layers and not one more, and under its first MoE layer no
     depth is offered."""
-    from serving.tiny_model import checkpoint_bytes
+    from bench.e2e.shards import checkpoint_bytes
 
     spec = _model("deepseek-v3-tp8-mla-block", 30).spec
     for n in (5, 30):
@@ -1422,7 +1423,7 @@ def test_the_gpu_check_counts_the_weights_vllm_loaded_and_passes_the_servers_tha
     Coder's); DeepSeek-V3's shards at 30 layers (run 27) logged 0.01 and 0.02 GiB more than their tensors (40.72 and
     40.82 GiB), well inside the reserve the check adds a server. The servers those runs started together (four 235B
     servers, two of each other shard) pass it in the free memory their first server's log gave."""
-    from serving.tiny_model import checkpoint_bytes
+    from bench.e2e.shards import checkpoint_bytes
 
     m = _model(name, layers)
     loaded = _engine_log_gib(run, r"Model loading took ([\d.]+) GiB")
@@ -1438,7 +1439,7 @@ def test_servers_the_gpu_cannot_hold_together_are_refused_with_the_layers_that_f
     """DeepSeek-V3's EP8 shard at its 61 layers holds 82.3 GiB of weights a server: stock and the image side by side
     need more than an H200 has (139.1 GiB free, run 20's log), whatever the disk. The check names the most layers two
     servers hold, which do fit and one more does not; a third arm lowers it."""
-    from serving.tiny_model import checkpoint_bytes
+    from bench.e2e.shards import checkpoint_bytes
 
     free = H200_FREE
     name = "deepseek-v3-ep8-block"
@@ -1589,7 +1590,8 @@ def test_the_kv_budget_says_how_many_requests_it_holds_and_the_report_names_the_
     heads) and 130 on the 235B EP8 shard at 94 (one KV head; vLLM's log of run 9: 33,456 tokens): e2e.md names each
     measured concurrency above that (128 clients on the Coder, none on the 235B), whose figures include requests
     waiting for blocks."""
-    from serving.tiny_model import _config, preset_spec
+    from bench.e2e.shards import preset_spec
+    from serving.tiny_model import _config
 
     (tmp_path / "config.json").write_text(json.dumps(_config(preset_spec(preset, layers=layers), 1, 2)))
     assert servers.kv_sequences(Config.default("kv_bytes"), tmp_path, 256) == fit

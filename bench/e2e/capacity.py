@@ -9,10 +9,11 @@ import subprocess
 import time
 from typing import Callable, Mapping
 
-from serving.tiny_model import TinySpec, checkpoint_bytes, holds, layer_bytes
+from serving.tiny_model import TinySpec, holds
 
 from .config import Config
 from .models import Model
+from .shards import checkpoint_bytes, layer_bytes
 
 # What the disk under --models-dir keeps free beyond the checkpoints: the servers' logs, compile caches and profiles
 DISK_MARGIN = 2 << 30

@@ -33,7 +33,8 @@ class Model:
     @property
     def spec(self):
         """The serving.tiny_model spec of its checkpoint, the one tiny_model_args gives (a TinySpec)."""
-        from serving.tiny_model import TinySpec, preset_spec
+        from bench.e2e.shards import preset_spec
+        from serving.tiny_model import TinySpec
 
         if not self.preset:
             return TinySpec()
@@ -240,6 +241,6 @@ def make_model(m: Model, models_dir: Path) -> Path:
     """The model's weights in models_dir/NAME, kept there between runs (serving.tiny_model --reuse), written by a
     child process so that their memory (tens of GB for the DeepSeek-V3 shard) goes back before the servers start."""
     out = models_dir / m.name
-    cmd = [sys.executable, "-m", "serving.tiny_model", "--out", str(out), "--reuse", *tiny_model_args(m)]
+    cmd = [sys.executable, "-m", "bench.e2e.shards", "--out", str(out), "--reuse", *tiny_model_args(m)]
     subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)  # its stdout: the folder's path
     return out
