@@ -13,6 +13,12 @@ judges its entries on the bench's split-K kernel quantizing its bf16 input again
 keeps the entries of DIR's file for a shape (the device's own, else the H200's, as the image reads them) at every
 token count the bench did not time, and that file's fused_input_quant: a bench of larger token counts then adds to
 the shipped entries rather than replacing them. Writes one file per shape; prints what it wrote.
+
+    python -m bench.small_m_configs --gemv-from PROBE.json ... [--gemv-shapes coder-qkv ...] --base DIR --out DIR
+
+--gemv-from takes recorded dense GEMV probes instead (patch 0010's matrix-vector kernel against its split-K kernel,
+per named shape and token count): each token count where the best GEMV dict beat the split-K kernel's best in the
+same probe gets a GEMV entry, laid over DIR's file of the shape (--base) or in a file of its own.
 """
 from __future__ import annotations
 
@@ -92,6 +98,47 @@ def write(shapes: dict[tuple[int, int], Entries], out: Path, triton_version: str
     return written
 
 
+def as_gemv_dict(config: dict) -> dict | None:
+    """A probe's best GEMV config as patch 0010's GEMV dict: probes name either the dict's keys or the kernel's
+    (BLOCK_N, BLOCK_K, SPLIT_K); a config that split K has no GEMV dict (the patch's kernel does not split)."""
+    if "BLOCK_SIZE_N" in config:
+        return dict(config)
+    if config.get("SPLIT_K", 1) != 1:
+        return None
+    return {"BLOCK_SIZE_N": config["BLOCK_N"], "BLOCK_SIZE_K": config["BLOCK_K"], "num_warps": config["num_warps"],
+            "num_stages": config["num_stages"]}
+
+
+def gemv_files(probes: list[dict], base: Path | None, out: Path, shapes: list[str] | None = None) -> list[Path]:
+    """For each (shape, tokens) whose best GEMV dict over the given probes beat the split-K kernel's best in the same
+    probe, the shape's file in `base` with a GEMV entry at that token count, or a file holding that entry alone; only
+    the named shapes' (the probes' shape names), if given. Written to out; returns their paths."""
+    best_rows: dict[tuple[int, int, int], dict] = {}
+    for res in probes:
+        for r in res["rows"]:
+            if shapes is not None and r["shape"] not in shapes:
+                continue
+            g, sm = r.get("gemv"), r.get("small_m")
+            if g and as_gemv_dict(g["config"]) and (sm is None or g["us"] < sm["us"]):
+                key = (r["N"], r["K"], r["M"])
+                if key not in best_rows or g["us"] < best_rows[key]["gemv"]["us"]:
+                    best_rows[key] = {**r, "device": res["device"]}
+    files: dict[Path, dict] = {}
+    for (n, k, m), r in sorted(best_rows.items()):
+        name = file_name(n, k, r["device"])
+        path = out / name
+        if path not in files:
+            old = base / name if base is not None else None
+            files[path] = json.loads(old.read_text()) if old is not None and old.exists() else {}
+        files[path][str(m)] = {"GEMV": as_gemv_dict(r["gemv"]["config"])}
+    out.mkdir(parents=True, exist_ok=True)
+    for path, entries in files.items():
+        flags = {key: v for key, v in entries.items() if not key.isdigit()}
+        counts = {key: entries[key] for key in sorted((key for key in entries if key.isdigit()), key=int)}
+        path.write_text(json.dumps({**flags, **counts}, indent=4) + "\n")
+    return sorted(files)
+
+
 def shape(text: str) -> tuple[int, int]:
     n, _, k = text.partition("x")
     if not (n.isdigit() and k.isdigit()):
@@ -101,8 +148,12 @@ def shape(text: str) -> tuple[int, int]:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--from", dest="source", type=Path, required=True,
-                   help="bench/decode_gemm_bench.py's decode_gemm.json")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--from", dest="source", type=Path, help="bench/decode_gemm_bench.py's decode_gemm.json")
+    source.add_argument("--gemv-from", nargs="+", type=Path, metavar="JSON",
+                        help="recorded dense GEMV probes: their GEMV entries laid over --base's files")
+    p.add_argument("--gemv-shapes", nargs="+", metavar="NAME",
+                   help="with --gemv-from: only these shapes of the probes (default: every shape they hold)")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--max-tokens", type=int, help="leave out larger token counts")
     p.add_argument("--fused-input-quant", nargs="+", default=[], metavar="NxK", type=shape,
@@ -123,6 +174,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main() -> int:
     a = parse_args()
+    if a.gemv_from:
+        for path in gemv_files([json.loads(f.read_text()) for f in a.gemv_from], a.base, a.out, a.gemv_shapes):
+            print(path)
+        return 0
     data = json.loads(a.source.read_text())
     fused = set(a.fused_input_quant)
     timed = {(c["n"], c["k"]) for name, c in data["cases"].items() if name.startswith("dense ")}

@@ -2,7 +2,7 @@
 (patched) vLLM, in a process of its own with TRITON_INTERPRET=1 (set by tests/check_script.py). Prints one JSON
 object with two parts.
 
-- The kernel and its launcher, cut out of the installed fused_moe.py as the H200 probe cuts them, against vLLM's
+- The kernel and its launcher, cut out of the installed fused_moe.py (tests/moe_gemv_support.py), against vLLM's
   unfused path written out: SiLU-and-mul, the per-128-group scale max(amax, eps) / fp8 max (a power of two rounded
   up with UE8M0), the quotient clamped, then patch 0011's GEMV on those values and scales. Both scale formats, the
   routed weight, a pair of an expert the rank does not hold (zeros), operands it declines.
@@ -10,8 +10,7 @@ object with two parts.
   object with its kernels swapped for recorders: the fused GEMV runs where the w2 entry holds a GEMV dict on the
   naive assignment with both switches on (0012's is off unless set), and vLLM's act_and_mul, quantization and w2
   GEMM run elsewhere.
-Values are float32 stand-ins for fp8 (the interpreter holds no fp8), so the cast to FP8 is not exercised here; the
-H200 probe (bench/moe_gemv_probe.py --silu) checks it against vLLM's own kernels' values.
+Values are float32 stand-ins for fp8 (the interpreter holds no fp8), so the cast to FP8 is not exercised here.
 """
 from __future__ import annotations
 
@@ -22,8 +21,8 @@ from types import SimpleNamespace
 import torch
 
 from bench.moe.kernel_source import load_definitions
-from bench.moe_gemv_probe import GEMV_DEFINITIONS, SILU_DEFINITIONS
 from check_script import env_set  # this script's folder comes first on its path
+from moe_gemv_support import GEMV_DEFINITIONS, SILU_DEFINITIONS
 
 GEMV = {"BLOCK_SIZE_N": 8, "BLOCK_SIZE_K": 256, "num_warps": 4, "num_stages": 2}
 FP8_MAX, EPS = 448.0, 1e-10
@@ -137,28 +136,11 @@ def apply_part() -> dict:
     return out
 
 
-def probe_part(path: str) -> dict:
-    """bench/moe_gemv_probe.py --silu's own check on a small shape (its timing swapped for a count of calls): every
-    config is compared with 0011's kernel on the unfused path's FP8 values before it is timed."""
-    import bench.moe_gemv_probe as probe
-    from bench.moe.problem import ShapeCtx
-    from bench.moe.shapes import SHAPES
-
-    SHAPES["silu-check"] = dict(E=4, topk=1, H=256, N=256, block=[128, 128])
-    timed = []
-    probe.time_graph = lambda fns: (timed.append(len(fns)) or 1.0, None)
-    probe.candidate_configs = lambda space: [GEMV, dict(GEMV, BLOCK_SIZE_K=512)]  # the second does not divide K
-    ctx = ShapeCtx("silu-check", torch.device("cpu"), max_sets=2)
-    r = probe.probe_silu(ctx, probe.load_gemv(path), 2, {"cfg": GEMV, "us": 2.0}, "default")
-    return {"tried": len(r["tried"]), "timed": timed, "relerr": r["best"]["relerr"], "ratio": r["ratio"],
-            "same_cfg": r["same_cfg"] is not None}
-
-
 def main() -> int:
     import importlib.util
 
     path = importlib.util.find_spec("vllm.model_executor.layers.fused_moe.fused_moe").origin
-    print(json.dumps({"kernel": kernel_part(path), "apply": apply_part(), "probe": probe_part(path)}))
+    print(json.dumps({"kernel": kernel_part(path), "apply": apply_part()}))
     return 0
 
 

@@ -120,123 +120,18 @@ def test_a_shipped_small_m_file_loads_through_the_patched_parser(path):
     assert entries[max(entries)] is not None  # a trailing null would only restate CUTLASS above the largest entry
 
 
-def test_the_benches_try_the_gemv_dicts_the_patch_accepts():
-    """The GEMV dicts bench/dense_gemv_probe.py (its spaces, its shapes) and bench/decode_gemm_bench.py (its grid,
-    the shards' dense shapes) time for a shape are those patch 0010's check accepts for it (their shared rule,
-    gemv_tiles), so a dict either picks can go into a small-M file as it is."""
+def test_the_decode_gemm_bench_tries_the_gemv_dicts_the_patch_accepts():
+    """The GEMV dicts bench/decode_gemm_bench.py times (its grid, the shards' dense shapes) are those patch 0010's
+    check accepts for a shape (gemv_tiles), so a dict it picks can go into a small-M file as it is."""
     from vllm.model_executor.layers.quantization.utils.fp8_utils import lmi_check_gemv_entry
 
     from bench import decode_gemm_bench as decode
-    from bench import dense_gemv_probe as probe
 
-    cases = [(N, K, g) for N, K in probe.SHAPES.values() for space in probe.SPACES.values() for g in space]
-    cases += [(N, K, g) for N, K in decode.shard_shapes()[0].values() for g in decode.GEMV_GRID]
+    cases = [(N, K, g) for N, K in decode.shard_shapes()[0].values() for g in decode.GEMV_GRID]
     for N, K, gemv in cases:
         try:
             lmi_check_gemv_entry("probe", gemv, N, K, 128, 128)
             accepted = True
         except ValueError:
             accepted = False
-        assert accepted == probe.gemv_tiles(gemv, N, K), (N, K, gemv)
-
-
-def test_the_dense_probe_reads_each_shapes_weights_from_sets_over_three_times_l2():
-    """Each probed shape's weight sets (one byte an FP8 weight) hold over three times L2 together, the kernel
-    harness's rotation, within the probe's cap on sets."""
-    from bench import dense_gemv_probe as probe
-    from bench.moe.problem import L2_BYTES
-
-    for name, (n, k) in probe.SHAPES.items():
-        sets = probe.weight_set_count(n, k)
-        assert 2 <= sets <= probe.MAX_WEIGHT_SETS and sets * n * k >= 3 * L2_BYTES, name
-        assert (sets - 1) * n * k < 3 * L2_BYTES or sets == 2, name  # no more than it takes
-
-
-GEMV_PROBES = ROOT / "bench" / "data" / "h200_dense_gemv_probe"
-
-
-def _checked_gemv_entries(path: Path) -> dict[int, dict]:
-    """A small-M file's GEMV entries by token count: the file read by patch 0010's parser, and each entry passed by
-    its GEMV check for the shape the file's name gives."""
-    import re
-
-    from vllm.model_executor.layers.quantization.utils.fp8_utils import (
-        LMI_GEMV_KEY,
-        lmi_check_gemv_entry,
-        lmi_parse_small_m_configs,
-    )
-
-    N, K = (int(v) for v in re.match(r"N=(\d+),K=(\d+),", path.name).groups())
-    entries = lmi_parse_small_m_configs(str(path), json.loads(path.read_text()), 128)
-    gemv = {m: c[LMI_GEMV_KEY] for m, c in entries.items() if c and LMI_GEMV_KEY in c}
-    for m, g in gemv.items():
-        lmi_check_gemv_entry(f"{path.name} {m}", g, N, K, 128, 128)
-    return gemv
-
-
-def test_the_gemv_candidate_files_are_remade_from_kernel_probe_24b_and_load(tmp_path):
-    """The candidate files run 26 gated (bench/data/h200_dense_gemv_probe/candidates): remade byte for byte from
-    kernel probe 24b's records over the configs/ they were made from (the 235B's files up to 8 tokens, where the
-    shipped ones reach 32), each GEMV entry where the probe's GEMV beat its split-K best, and every file accepted by
-    patch 0010's parser and its GEMV check for the file's shape."""
-    import shutil
-
-    from bench import dense_gemv_probe as probe
-    from bench import small_m_configs
-
-    then = tmp_path / "configs"
-    shutil.copytree(ROOT / "configs", then)
-    run_17 = json.loads((ROOT / "bench" / "data" / "h200_block_17" / "decode" / "decode_gemm.json").read_text())
-    up_to_8 = small_m_configs.from_decode_gemm(run_17, max_tokens=8)
-    assert len(small_m_configs.write(up_to_8, then, run_17["triton"], run_17["device"])) == 2
-    records = sorted(GEMV_PROBES.glob("probe_24b_*.json"))
-    made = probe.candidate_files([json.loads(f.read_text()) for f in records], then, tmp_path / "made")
-    recorded = sorted((GEMV_PROBES / "candidates").glob("*.json"))
-    assert [p.name for p in made] == [p.name for p in recorded] and len(made) == 3
-    for new, old in zip(made, recorded):
-        assert new.read_bytes() == old.read_bytes(), old.name
-        assert 1 in _checked_gemv_entries(old), old.name
-
-
-def test_the_235b_candidate_files_are_run_17s_32_token_entries_with_kernel_probe_25s_gemv(tmp_path):
-    """bench/data/h200_dense_gemv_probe/candidates_235b, the 235B EP8 rank's files for the next 235B engine bench:
-    run 17's small-M files with their 32-token entries (bench/data/h200_block_17/small_m_candidates), the o_proj file
-    with kernel probe 25's GEMV entries (`--candidates-from ... --shapes 235b-o-proj`). Remade byte for byte, each
-    accepted by patch 0010's parser, and the tier reaching 32 tokens in both."""
-    from vllm.model_executor.layers.quantization.utils.fp8_utils import LMI_GEMV_KEY, lmi_parse_small_m_configs
-
-    from bench import dense_gemv_probe as probe
-
-    run_17 = ROOT / "bench" / "data" / "h200_block_17" / "small_m_candidates"
-    recorded = GEMV_PROBES / "candidates_235b"
-    made = probe.candidate_files([json.loads((GEMV_PROBES / "probe_25.json").read_text())], run_17, tmp_path,
-                                 ["235b-o-proj"])
-    assert [p.name for p in made] == [p.name for p in run_17.glob("N=4096,K=1024,*.json")]
-    qkv = next(run_17.glob("N=1280,K=4096,*.json"))
-    assert sorted(p.name for p in recorded.glob("*.json")) == sorted([qkv.name, made[0].name])
-    assert (recorded / qkv.name).read_bytes() == qkv.read_bytes()
-    assert (recorded / made[0].name).read_bytes() == made[0].read_bytes()
-    for path in recorded.glob("*.json"):
-        entries = lmi_parse_small_m_configs(str(path), json.loads(path.read_text()), 128)
-        assert max(entries) == 32 and entries[32] and LMI_GEMV_KEY not in entries[32], path.name
-        gemv = sorted(_checked_gemv_entries(path))
-        assert gemv == ([1, 2] if path.name == made[0].name else []), path.name
-
-
-def test_the_deepseek_o_proj_candidate_is_the_shipped_file_with_kernel_probe_27s_gemv(tmp_path):
-    """bench/data/h200_dense_gemv_probe/candidates_deepseek, DeepSeek-V3's o_proj at TP8 attention (N=7168, K=2048)
-    for its next engine bench: the shipped file (gated in run 27) with kernel probe 27's GEMV entries at one and two
-    tokens, where the GEMV beat the split-K kernel. Remade byte for byte, accepted by patch 0010's parser with each
-    GEMV entry passing its check for the shape, and the shipped entries beside them unchanged."""
-    from bench import dense_gemv_probe as probe
-
-    recorded = GEMV_PROBES / "candidates_deepseek"
-    [made] = probe.candidate_files([json.loads((GEMV_PROBES / "probe_27.json").read_text())], ROOT / "configs",
-                                   tmp_path, ["deepseek-v3-o-proj"])
-    assert [p.name for p in recorded.glob("*.json")] == [made.name] and made.name.startswith("N=7168,K=2048,")
-    old = recorded / made.name
-    assert made.read_bytes() == old.read_bytes()
-    assert sorted(_checked_gemv_entries(old)) == [1, 2]
-    shipped = json.loads((ROOT / "configs" / old.name).read_text())
-    assert {k: v for k, v in json.loads(old.read_text()).items() if k not in ("1", "2")} == {
-        k: v for k, v in shipped.items() if k != "1"}
+        assert accepted == decode.gemv_tiles(gemv, N, K), (N, K, gemv)

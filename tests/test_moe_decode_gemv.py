@@ -18,7 +18,7 @@ def test_both_gemms_match_the_reference_and_a_pair_of_another_ranks_expert_gets_
 
 
 def test_an_ep_ranks_batch_with_mapped_ids_matches_the_reference_and_zeros_the_other_ranks_pairs(decode_gemv):
-    """The probe's --expert-map batches (a rank of a real EP deployment: 3 tokens, the global top-4, another rank's
+    """A decode batch of a rank of a real EP deployment (3 tokens, the global top-4, another rank's
     expert -1) through 0011's launcher, a program per pair and a program per token (its 4 pairs in turn): every
     pair of this rank's experts right, every other pair zeros."""
     for per_program, programs in ((1, 12), (4, 3)):

@@ -42,11 +42,3 @@ def test_tritonexperts_runs_it_only_for_a_w2_gemv_entry_on_the_naive_assignment_
         assert a[case] == UNFUSED, case
     assert "LMI_MOE_DECODE_GEMV_SILU='later' is not understood" in a["bad switch"]
 
-
-def test_the_probe_checks_each_config_against_the_unfused_path_before_it_times_it(decode_gemv_silu):
-    """bench/moe_gemv_probe.py --silu on a small shape: the config whose K step divides K is checked and timed on
-    every weight set, the other skipped. Under the interpreter the casts to FP8 truncate where torch's round to
-    nearest, so the error is that of the cast (the H200 probe measured 0.0000)."""
-    p = decode_gemv_silu["probe"]
-    assert p["tried"] == 1 and p["same_cfg"] and p["timed"] and p["timed"][0] >= 1
-    assert p["relerr"] < 5e-2 and p["ratio"] == 0.5

@@ -1,7 +1,7 @@
 """bench/small_m_configs.py: the shipped small-M files (patch 0010) are what it makes from the decode GEMM benches of
 runs 17 (the 235B EP8 rank's shapes) and 18 (the Coder EP8 rank's, and DeepSeek-V3's attention GEMMs), with the counts
 the engine bench gated: the 235B's up to 32 tokens (runs 17 and 31), the Coder's up to 8 (run 23) with its one-token
-GEMV entries from kernel probe 24b (bench/dense_gemv_probe.py --candidates-from, gated in run 26), and DeepSeek-V3's
+GEMV entries from kernel probe 24b (--gemv-from, gated in run 26), and DeepSeek-V3's
 o_proj at TP8 attention as run 18's lease wrote it (gated in run 27; the shard's qkv stands in for MLA, so its file does
 not ship); the H100's own files for the 235B's shapes, the H200's entries with run 42's at 48-128 tokens over them
 (its lease's decode GEMM bench on an H100, `--base` the H200 files, gated in the same run); and it gives the split-K
@@ -38,7 +38,7 @@ def make(source: Path, out: Path, *args: str) -> list[str]:
 
 
 # configs/' small-M files: the decode GEMM bench each came from, its flags, the shapes taken from it, the dense GEMV
-# probe's shapes whose GEMV entries were then laid over them (bench/dense_gemv_probe.py --candidates-from), and the
+# probe's shapes whose GEMV entries were then laid over them (--gemv-from), and the
 # GPU the bench ran on (the files' device). BASE: `--base`, the H200's files as configs/ held them before run 42.
 GEMV_PROBES = sorted((ROOT / "bench" / "data" / "h200_dense_gemv_probe").glob("probe_24b_*.json"))
 BASE = "{base}"
@@ -57,8 +57,8 @@ def test_shipped_files_reproduce_from_runs_17_18_and_42_and_kernel_probe_24b(tmp
         made = make(source, tmp_path / str(i), *(str(base) if f == BASE else f for f in flags))
         if gemv_shapes:
             folder = str(tmp_path / str(i))
-            r = subprocess.run([sys.executable, "-m", "bench.dense_gemv_probe", "--shapes", *gemv_shapes,
-                                "--candidates-from", *map(str, GEMV_PROBES), "--configs-dir", folder, "--out", folder],
+            r = subprocess.run([sys.executable, "-m", "bench.small_m_configs", "--gemv-from", *map(str, GEMV_PROBES),
+                                "--gemv-shapes", *gemv_shapes, "--base", folder, "--out", folder],
                                cwd=ROOT, capture_output=True, text=True, timeout=120)
             assert r.returncode == 0, r.stderr
             assert len(r.stdout.split()) == len(gemv_shapes)

@@ -140,10 +140,10 @@ tune)
     S=.cache/carry/stock; P=.cache/carry/patched; MS=1,2,4,8,16,24,32,48,64,96,128,256,512
     SHAPES=${TUNE_SHAPES:-qwen3-235b-ep8,qwen3-coder-480b-ep8,deepseek-v3-ep8,qwen3-235b-tp4,qwen3-coder-480b-tp4}
     A="--fused-moe-py $S/fused_moe.py --patched-fused-moe-py $P/fused_moe.py --workers 15"
-    python3 bench/moe_kernel_bench.py $A --mode gtune --space wide --seeds 3 --budget-s "${TUNE_BUDGET_S:-420}" \
+    python3 -m bench.moe $A --mode gtune --space wide --seeds 3 --budget-s "${TUNE_BUDGET_S:-420}" \
         --tune-plan "$(echo "$SHAPES" | tr ',' '\n' | sed "s/\$/:$MS/" | paste -sd';')" --out "$K" --tag gblock
     python3 -m bench.moe.make_configs --tune "$K/gtune_gblock.json" --stock-configs-dir $S/configs --out "$K/cand"
-    python3 bench/moe_kernel_bench.py $A --configs-dir "$K/cand" --mode bench --shapes "$SHAPES" --ms $MS \
+    python3 -m bench.moe $A --configs-dir "$K/cand" --mode bench --shapes "$SHAPES" --ms $MS \
         --budget-s "${BENCH_BUDGET_S:-300}" --out "$K" --tag bblock
     python3 -m bench.moe.make_configs --tune "$K/gtune_gblock.json" --bench "$K/bench_bblock.json" \
         --stock-configs-dir $S/configs --out "$K/gated" --report "$K/decisions.json"
@@ -326,7 +326,7 @@ stop)
     # SIGTERM: the engine bench stops its servers (their process groups) before it exits
     pkill -TERM -f "$(subcommand all)"; pkill -TERM -f "$(subcommand e2e)"; pkill -TERM -f "$(subcommand tune)"
     pkill -TERM -f "$(subcommand prompt-gemm-probe)"
-    pkill -TERM -f '^[^ ]*python[0-9.]* [^ ]*moe_kernel_bench[.]py'
+    pkill -TERM -f '^[^ ]*python[0-9.]* -m bench[.]moe( |$)'
     pkill -TERM -f "$E2E_PROC"
     for _ in $(seq 60); do pgrep -f "$E2E_PROC" > /dev/null || break; sleep 1; done
     pgrep -fa "$E2E_PROC|^VLLM::EngineCore|^sglang::" || echo "stopped"

@@ -1,4 +1,4 @@
-"""The harness's command line (bench/moe_kernel_bench.py, python -m bench.moe)."""
+"""The harness's command line (python -m bench.moe)."""
 from __future__ import annotations
 
 import argparse

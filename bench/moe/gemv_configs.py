@@ -1,4 +1,5 @@
-"""Fused-MoE config files with patch 0011's GEMV dicts, from a decode GEMV probe (bench/moe_gemv_probe.py).
+"""Fused-MoE config files with patch 0011's GEMV dicts, from a recorded decode GEMV probe
+(its gemv_probe.json: per shape, token count and GEMM, vLLM's time and the best GEMV config's).
 
     python -m bench.moe.gemv_configs --from bench/data/h200_gemv_probe/gemv_probe_3_wide_m124.json \
         --out bench/data/h200_gemv_probe/candidates

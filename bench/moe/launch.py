@@ -92,10 +92,8 @@ class _WarmupOnly:
 
 
 def invoke(kmod, A, B, C, A_scale, B_scale, topk_weights, sorted_ids, expert_ids, ntpp,
-           mul_routed_weight, top_k, config, block_shape, compute_type=None, swap_ab=None, warmup=False,
-           launch=None):
-    """invoke_fused_moe_triton_kernel (vLLM 0.32) for fp8 w8a8. `launch`: more arguments of fused_moe_kernel's
-    launch (bench/moe_pdl_bench.py: USE_PDL and Triton's launch_pdl)."""
+           mul_routed_weight, top_k, config, block_shape, compute_type=None, swap_ab=None, warmup=False):
+    """invoke_fused_moe_triton_kernel (vLLM 0.32) for fp8 w8a8."""
     import triton
     import triton.language as tl
 
@@ -154,5 +152,5 @@ def invoke(kmod, A, B, C, A_scale, B_scale, topk_weights, sorted_ids, expert_ids
         MUL_ROUTED_WEIGHT=mul_routed_weight, top_k=top_k, compute_type=compute_type,
         use_fp8_w8a8=True, use_int8_w8a8=False, use_int8_w8a16=False, per_channel_quant=False,
         naive_block_assignment=(sorted_ids is None), HAS_BIAS=False, BLOCK_SIZE_K=BLOCK_SIZE_K,
-        SWAP_AB=SWAP_AB, USE_TD=False, **cfg, **(launch or {}),
+        SWAP_AB=SWAP_AB, USE_TD=False, **cfg,
     )

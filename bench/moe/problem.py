@@ -115,13 +115,13 @@ class Inputs:
         return w + a + c
 
 
-def launch(kmod, shape, gemm, inp: Inputs, W: Weights, wi: int, config, swap_ab=None, extra=None):
+def launch(kmod, shape, gemm, inp: Inputs, W: Weights, wi: int, config, swap_ab=None):
     config = gemm_config(config, gemm)
     sorted_ids, expert_ids, ntpp = inp.assignment(config["BLOCK_SIZE_M"], shape)
     A, As, C, mul = inp.gemm_args(gemm)
     top_k = shape["topk"] if gemm == "w13" else 1
     invoke(kmod, A, W.B[wi], C, As, W.Bs[wi], inp.topk_w, sorted_ids, expert_ids, ntpp,
-           mul, top_k, config, shape["block"], swap_ab=swap_ab, launch=extra)
+           mul, top_k, config, shape["block"], swap_ab=swap_ab)
 
 
 def reference(shape, gemm, inp: Inputs, W: Weights, wi: int):

@@ -9,8 +9,7 @@ of which about one in eight picks each local expert: top-k 8 over 128 (or 160,
 time that with top-1 over the local experts, the same number of pairs and the
 same weights read per step; vLLM's own EP path launches the kernel over the
 global top-k with non-local pairs skipped, which these shapes do not time
-(``ep``: the deployment's global experts and top-k, for a probe that does:
-bench/moe_gemv_probe.py --expert-map).
+(``ep``: the deployment's global experts and top-k, for a check that does).
 """
 from __future__ import annotations
 
