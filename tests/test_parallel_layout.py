@@ -230,3 +230,18 @@ def test_data_parallel_counts_in_the_expert_split():
                                                       flag="--data-parallel-size")}
     d = parallel_layout.decide(ck, entries, None)
     assert d.default is not None and d.default.key == "enable_expert_parallel" and "on TP4 x DP2: EP8" in d.note
+
+
+def test_the_layouts_page_says_what_the_launcher_picks():
+    """docs/layouts.md's table is the launcher's choice: EP where it picks EP, and each GPU's N."""
+    page = (Path(__file__).parents[1] / "docs" / "layouts.md").read_text()
+    rows = {}
+    for line in page.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 5 and any(cells[0].startswith(n.split("-Instruct")[0]) for n, _ in EXPECTED):
+            rows[next(n for n, _ in EXPECTED if cells[0].startswith(n.split("-Instruct")[0]))] = cells[1:]
+    assert set(rows) == {n for n, _ in EXPECTED}, rows
+    for (name, n), (ep, per_gpu) in EXPECTED.items():
+        cell = rows[name][[1, 2, 4, 8].index(n)].replace("**", "")
+        assert cell.startswith(f"TP{n}") and ("EP" in cell) is ep, (name, n, cell)
+        assert n == 1 or name == MIXTRAL or f"N {per_gpu}" in cell, (name, n, cell)
