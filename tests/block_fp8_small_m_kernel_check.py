@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from bench.moe.kernel_source import load_definitions
+from bench.kernels.moe.kernel_source import load_definitions
 from check_script import vllm_file  # this script's folder comes first on its path
 
 BLOCK = 128

@@ -69,9 +69,9 @@ def env_set(name: str, value: str):
 
 def patched_definitions(relpath: str, names, patch: str, prefix: str):
     """The named top-level definitions of the installed vLLM's file `relpath` (below vllm/, found without importing
-    vLLM), cut out as a module of their own that runs real Triton (bench.moe.kernel_source.load_definitions); exits
-    naming `patch` where a name is missing."""
-    from bench.moe.kernel_source import load_definitions
+    vLLM), cut out as a module of their own that runs real Triton (bench.kernels.moe.kernel_source.load_definitions);
+    exits naming `patch` where a name is missing."""
+    from bench.kernels.moe.kernel_source import load_definitions
 
     try:
         return load_definitions(str(vllm_file(relpath)), names, prefix)

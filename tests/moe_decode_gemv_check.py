@@ -3,8 +3,8 @@ tests/check_script.py). Two parts; prints one JSON object.
 
 - The kernel and its launcher, cut out of the installed fused_moe.py as the kernel harness cuts them
   (tests/moe_gemv_support.py; vLLM disables Triton on a CPU build; the interpreter runs the real Triton code),
-  against the harness's float32 reference: both GEMMs at two configs, a pair of an expert the rank does not hold (-1: zeros), a batch of
-  an EP rank with mapped ids, and a GEMV dict that is wrong.
+  against the harness's float32 reference: both GEMMs at two configs, a pair of an expert the rank does not hold
+  (-1: zeros), a batch of an EP rank with mapped ids, and a GEMV dict that is wrong.
 - The choice in vLLM's invoke_fused_moe_triton_kernel, imported from the installed package, with its two kernels
   swapped for recorders: a GEMV dict on the naive assignment runs the GEMV, an aligned assignment or the switch
   off runs fused_moe_kernel without the GEMV key, a switch value that is not understood is an error; under an
@@ -18,7 +18,7 @@ import os
 
 import torch
 
-from bench.moe.problem import Inputs, Weights, reference
+from bench.kernels.moe.problem import Inputs, Weights, reference
 from check_script import env_set  # this script's folder comes first on its path
 from moe_gemv_support import MappedBatch, load_gemv
 
@@ -49,7 +49,8 @@ def kernel_part(path: str) -> dict:
             out[f"{gemm} N{cfg['BLOCK_SIZE_N']}K{cfg['BLOCK_SIZE_K']}"] = {
                 "ran": ran, "relerr": ((got[keep] - ref[keep]).norm() / ref[keep].norm()).item(),
                 "non_local_zeros": bool((got[1] == 0).all())}
-    # a rank of an EP deployment: 3 tokens, top-4 of 8 global experts, this rank holding 0-3, the other rank's pairs -1; a program per pair, and a program per token taking its 4 pairs in turn
+    # a rank of an EP deployment: 3 tokens, top-4 of 8 global experts, this rank holding 0-3, the other rank's pairs
+    # -1; a program per pair, and a program per token taking its 4 pairs in turn
     ep_shape = dict(SHAPE, ep=(8, 4))
     batch = MappedBatch(ep_shape, 3, dev, torch.Generator().manual_seed(11))
     kernel, grids = mod.lmi_fused_moe_gemv_kernel, []

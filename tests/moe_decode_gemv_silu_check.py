@@ -20,7 +20,7 @@ from types import SimpleNamespace
 
 import torch
 
-from bench.moe.kernel_source import load_definitions
+from bench.kernels.moe.kernel_source import load_definitions
 from check_script import env_set  # this script's folder comes first on its path
 from moe_gemv_support import GEMV_DEFINITIONS, SILU_DEFINITIONS
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from bench.moe.kernel_source import load_definitions
-from bench.moe.problem import Inputs, dequant_a, dequant_w
+from bench.kernels.moe.kernel_source import load_definitions
+from bench.kernels.moe.problem import Inputs, dequant_a, dequant_w
 
 # Patch 0011's definitions (its launcher checks the config and launches the kernel)
 GEMV_DEFINITIONS = ("LMI_MOE_DECODE_GEMV_ENV", "_LMI_GEMV_GROUP", "lmi_check_gemv_config",

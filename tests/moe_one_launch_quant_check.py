@@ -5,7 +5,7 @@ prints one JSON object: case -> what was compared. The kernel and its helpers ar
 (vllm/model_executor/layers/fused_moe/utils.py), taken from that file by name and run with Triton itself
 (vLLM's CPU build puts a stand-in for Triton in its own modules). The interpreter's fp8 conversion is not
 Hopper's (it rounds values near a power of two to the wrong binade), so the quantized values are written as
-float32 here and compared before the fp8 rounding; bench/fp8_quant_bench.py compares the fp8 bits against
+float32 here and compared before the fp8 rounding; bench/kernels/fp8_quant.py compares the fp8 bits against
 vLLM's CUDA op on the H200.
 """
 from __future__ import annotations

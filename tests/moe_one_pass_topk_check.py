@@ -8,7 +8,7 @@ of vLLM 0.32's topk_softmax op (csrc/moe/topk_softmax_kernels.cu) written in tor
 or Inf probability as 0, the top-k with ties to the lower expert, weights scaled by the reciprocal of the picks'
 sum (1 when it is 0) when renormalized, padding rows as expert -1 (weights as computed), source rows
 k * num_rows + row.
-bench/router_topk_bench.py compares the kernel with vLLM's CUDA op itself on the H200.
+bench/kernels/router_topk.py compares the kernel with vLLM's CUDA op itself on the H200.
 """
 from __future__ import annotations
 

@@ -36,7 +36,7 @@ def case(value: str | None, **kwargs) -> dict:
         g = gate_linear.GateLinear(256, 16, params_dtype=torch.bfloat16, **kwargs)
     except ValueError as e:
         return {"error": str(e)}
-    out = {"built": state(g)}  # the tiers' kernels themselves run on a GPU only (bench/decode_gemm_bench.py)
+    out = {"built": state(g)}  # the tiers' kernels themselves run on a GPU only (bench/kernels/decode_gemm.py)
     try:
         g.set_out_dtype(torch.float32)  # what an expert method needing float32 logits calls after build
         out["after_set_fp32"] = state(g)

@@ -16,8 +16,8 @@ import sys
 
 import torch
 
-from bench.moe.kernel_source import load_kernel
-from bench.moe.problem import Inputs, Weights, check, reference
+from bench.kernels.moe.kernel_source import load_kernel
+from bench.kernels.moe.problem import Inputs, Weights, check, reference
 
 SHAPES = {
     "per-tensor": dict(E=8, topk=2, H=256, N=96, block=None),

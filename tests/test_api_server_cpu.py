@@ -1,4 +1,4 @@
-"""bench/api_server_cpu.py: the CPU time of the API server processes per streamed request, on the real CPU engine
+"""bench/http/api_server_cpu.py: the CPU time of the API server processes per streamed request, on the real CPU engine
 served by the launcher (the session's server of two API server processes, measured by --url with its API key): every
 stream's tokens are counted, the per-token figure is the two counts' difference, and a bad count is named."""
 from __future__ import annotations
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run(*args: str, timeout: float = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bench.api_server_cpu", *args], cwd=ROOT, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "bench.http.api_server_cpu", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=timeout, env={**os.environ, **(env or {})})
 
 

@@ -1,4 +1,4 @@
-"""The H200 fused-MoE harness (bench/moe/) where it runs on the CPU: its command line, and the
+"""The H200 fused-MoE harness (bench/kernels/moe/) where it runs on the CPU: its command line, and the
 files it made reproduced from the raw runs in bench/data/ with the commands bench/RESULTS-archive.md
 gives (configs/ by make_configs, the archive's kernel tables by report)."""
 from __future__ import annotations
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.moe.cli import build_parser
-from bench.moe.gemv_configs import GATED as GEMV_GATED
-from bench.moe.modes import MODES
-from bench.moe.shapes import TP8_SHAPES, TUNER_MS
+from bench.kernels.moe.cli import build_parser
+from bench.kernels.moe.gemv_configs import GATED as GEMV_GATED
+from bench.kernels.moe.modes import MODES
+from bench.kernels.moe.shapes import TP8_SHAPES, TUNER_MS
 from serving.vllm_patches.apply import installed_vllm_dir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,7 +25,7 @@ def run(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_help_names_every_mode():
-    r = run("-m", "bench.moe", "--help")
+    r = run("-m", "bench.kernels.moe", "--help")
     assert r.returncode == 0, r.stderr
     mode_help = " ".join(r.stdout.split("\n  --mode MODE", 1)[1].split("\n  --shapes", 1)[0].split())
     assert [name for name in MODES if f"{name} (" in mode_help] == list(MODES) == [
@@ -56,11 +56,12 @@ def test_shipped_configs_reproduce_from_the_raw_runs(tmp_path):
     assert vllm_dir is not None, "vLLM is not installed (make venv): its own configs/ are the stock choice"
     stock = vllm_dir / "model_executor" / "layers" / "fused_moe" / "configs"
     for tune, bench in MAKE_CONFIGS_RUNS:
-        r = run("-m", "bench.moe.make_configs", "--tune", *(str(DATA / t) for t in tune),
+        r = run("-m", "bench.kernels.moe.make_configs", "--tune", *(str(DATA / t) for t in tune),
                 "--bench", *(str(DATA / b) for b in bench), "--stock-configs-dir", str(stock), "--out", str(tmp_path))
         assert r.returncode == 0, r.stderr
     # patch 0011's GEMV dicts, for the shapes the engine gated them on, from the decode GEMV probe
-    r = run("-m", "bench.moe.gemv_configs", "--from", str(DATA / "h200_gemv_probe" / "gemv_probe_3_wide_m124.json"),
+    r = run("-m", "bench.kernels.moe.gemv_configs",
+            "--from", str(DATA / "h200_gemv_probe" / "gemv_probe_3_wide_m124.json"),
             "--configs", str(tmp_path), "--out", str(tmp_path), "--shapes", *GEMV_GATED)
     assert r.returncode == 0, r.stderr
     shipped = sorted(p.name for p in CONFIGS.glob("E=*.json"))  # the fused-MoE files (small-M: test_small_m_configs)
@@ -82,7 +83,7 @@ REPORTS = (
 @pytest.mark.parametrize("bench,jit,shapes,min_rows", REPORTS, ids=["tp8-runs-1-2", "block-run-10", "block-run-10-tp4"])
 def test_results_tables_are_the_report_of_the_raw_runs(bench, jit, shapes, min_rows):
     args = ["--bench", str(DATA / bench)] + (["--jit", *(str(DATA / j) for j in jit)] if jit else [])
-    r = run("-m", "bench.moe.report", *args, *(["--shapes", shapes] if shapes else []))
+    r = run("-m", "bench.kernels.moe.report", *args, *(["--shapes", shapes] if shapes else []))
     assert r.returncode == 0, r.stderr
     rows = [line for line in r.stdout.splitlines() if line.startswith("|")]
     assert len(rows) > min_rows

@@ -3,7 +3,7 @@ vLLM. Its kernel runs under Triton's interpreter on the CPU against a float32 re
 (tests/block_fp8_small_m_kernel_check.py); the choice between it and CUTLASS runs as vLLM's patched code with the two
 GEMMs (and the input quantization of a fused_input_quant layer) recorded instead of run
 (tests/block_fp8_small_m_dispatch_check.py). Its speed is the H200's to show
-(bench/decode_gemm_bench.py, the engine bench's image-cutlass-dense arm)."""
+(bench/kernels/decode_gemm.py, the engine bench's image-cutlass-dense arm)."""
 from __future__ import annotations
 
 import json
@@ -121,11 +121,11 @@ def test_a_shipped_small_m_file_loads_through_the_patched_parser(path):
 
 
 def test_the_decode_gemm_bench_tries_the_gemv_dicts_the_patch_accepts():
-    """The GEMV dicts bench/decode_gemm_bench.py times (its grid, the shards' dense shapes) are those patch 0010's
+    """The GEMV dicts bench/kernels/decode_gemm.py times (its grid, the shards' dense shapes) are those patch 0010's
     check accepts for a shape (gemv_tiles), so a dict it picks can go into a small-M file as it is."""
     from vllm.model_executor.layers.quantization.utils.fp8_utils import lmi_check_gemv_entry
 
-    from bench import decode_gemm_bench as decode
+    from bench.kernels import decode_gemm as decode
 
     cases = [(N, K, g) for N, K in decode.shard_shapes()[0].values() for g in decode.GEMV_GRID]
     for N, K, gemv in cases:

@@ -1,4 +1,4 @@
-"""bench/decode_gemm_bench.py where it runs on the CPU: the shapes it times (each shard's dense layers and routers,
+"""bench/kernels/decode_gemm.py where it runs on the CPU: the shapes it times (each shard's dense layers and routers,
 as the engine bench's presets make them) and its refusal to run without a GPU."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench import decode_gemm_bench as bench
+from bench.kernels import decode_gemm as bench
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,14 +38,14 @@ def test_triton_grid_keeps_the_weight_blocks_k():
 
 def test_refuses_to_run_without_a_gpu(tmp_path):
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="")  # no GPU, on a GPU host too
-    r = subprocess.run([sys.executable, "-m", "bench.decode_gemm_bench", "--quick", "--out", str(tmp_path)],
+    r = subprocess.run([sys.executable, "-m", "bench.kernels.decode_gemm", "--quick", "--out", str(tmp_path)],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 1 and "no CUDA device here" in r.stderr
     assert not list(tmp_path.iterdir())
 
 
 def test_split_k_grid_keeps_the_weight_blocks_k_and_small_m_keys():
-    from bench.small_m_configs import KEYS
+    from bench.kernels.small_m_configs import KEYS
 
     assert all(c["BLOCK_SIZE_K"] == bench.BLOCK and tuple(c) == KEYS for c in bench.SPLIT_GRID)
     assert set(map(str, bench.QUICK_SPLIT_GRID)) < set(map(str, bench.SPLIT_GRID))
@@ -90,7 +90,7 @@ def test_above_32_tokens_the_split_k_kernel_also_tries_taller_tiles():
     """Up to 32 tokens the grid given (quick or full); above, where a decode step of 33-128 requests runs CUTLASS at
     its 32-token time, a grid with 32- and 64-row tiles (8 warps for the tallest) that holds the quick grid too; each
     config keeps the weight block's K and the small-M file's keys, and the table names a tall tile and its warps."""
-    from bench.small_m_configs import KEYS
+    from bench.kernels.small_m_configs import KEYS
 
     assert bench.split_grid_for(32, bench.QUICK_SPLIT_GRID) is bench.QUICK_SPLIT_GRID
     tall = bench.split_grid_for(33, bench.QUICK_SPLIT_GRID)
@@ -103,7 +103,8 @@ def test_above_32_tokens_the_split_k_kernel_also_tries_taller_tiles():
 
 
 def test_a_token_count_below_one_is_refused_before_anything_runs(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "bench.decode_gemm_bench", "--tokens", "64", "0", "--out", str(tmp_path)],
+    r = subprocess.run([sys.executable, "-m", "bench.kernels.decode_gemm", "--tokens", "64", "0",
+                        "--out", str(tmp_path)],
                        cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "--tokens: token counts are 1 or more, not 0" in r.stderr
     assert not list(tmp_path.iterdir())

@@ -412,8 +412,8 @@ def _latency_clients(res: dict) -> set[str]:
 
 
 def test_pooled_ratios_of_one_run_are_its_summary():
-    """bench.e2e_pool over one run gives the summary's median and range for every figure it pools."""
-    from bench import e2e_pool
+    """bench.e2e.pool over one run gives the summary's median and range for every figure it pools."""
+    from bench.e2e import pool as e2e_pool
 
     res = json.loads(H200_RUN_3.read_text())
     summary = {tuple(c.strip() for c in ln.split("|")[1:5]): ln.split("|")[7:9]
@@ -426,7 +426,7 @@ def test_pooled_ratios_of_one_run_are_its_summary():
 
 
 def test_results_pool_runs_3_to_5_as_the_tool_prints():
-    from bench import e2e_pool
+    from bench.e2e import pool as e2e_pool
 
     runs = [json.loads(p.read_text()) for p in (H200_RUN_3, H200_RUN_4, H200_RUN_5)]
     results = set((ROOT / "bench" / "RESULTS-archive.md").read_text().splitlines())
@@ -836,7 +836,7 @@ def test_each_servers_autotuner_picks_are_recorded_and_the_ones_that_differ_betw
 
 
 def test_results_pool_the_235b_shard_over_runs_3_4_and_6_as_the_tool_prints():
-    from bench import e2e_pool
+    from bench.e2e import pool as e2e_pool
 
     runs = [json.loads(p.read_text()) for p in (H200_RUN_3, H200_RUN_4, H200_RUN_6)]
     results = set((ROOT / "bench" / "RESULTS-archive.md").read_text().splitlines())
@@ -1052,7 +1052,7 @@ def test_a_bad_layers_token_is_refused_before_anything_starts(tmp_path, capsys):
 def test_run_9_deep_shards_as_recorded_and_as_results_shows_them():
     """H200 run 9 (bench/data/h200_engine_9): the Qwen3 shards at 94 and 40 layers, kept apart from the 16-layer
     runs by their names; RESULTS "Run 9" shows the bench's own rows, and its goal figures are the recorded ones."""
-    from bench import e2e_pool
+    from bench.e2e import pool as e2e_pool
     res = json.loads((ROOT / "bench" / "data" / "h200_engine_9" / "e2e.json").read_text())
     assert {m: r["layers"] for m, r in res["models"].items()} == {
         "qwen3-235b-tp8-tensor@94L": 94, "qwen3-coder-480b-tp8-tensor@40L": 40}
@@ -1316,7 +1316,7 @@ def test_every_image_arm_is_set_against_the_peer_measured_beside_it():
 
 
 def test_models_only_makes_the_models_a_later_run_reuses_and_starts_nothing(tmp_path, capsys):
-    """--models-only (tools/h200_session.sh prep, while the peers' parts still arrive): the chosen models are made
+    """--models-only (bench/e2e/runbook.sh prep, while the peers' parts still arrive): the chosen models are made
     in --models-dir under the names the run gives them, the peers' runtimes are not asked for, nothing else is
     written; the run's own make_model then finds the folder as it is (serving.tiny_model --reuse)."""
     argv = ["--stock-site", str(tmp_path), "--models-dir", str(tmp_path / "m"), "--out", str(tmp_path / "o"),
@@ -1335,7 +1335,7 @@ def test_models_only_makes_the_models_a_later_run_reuses_and_starts_nothing(tmp_
 
 
 def test_models_only_with_drop_models_makes_the_first_model_alone(tmp_path, capsys):
-    """With --drop-models the disk holds one checkpoint at a time, so --models-only (tools/h200_session.sh prep)
+    """With --drop-models the disk holds one checkpoint at a time, so --models-only (bench/e2e/runbook.sh prep)
     makes the first model only and says the run makes the others in turn: two 94-layer shards do not fit the
     H200 host's 64 GB disk together."""
     later = "qwen3-235b-tp8-tensor"
@@ -1459,12 +1459,10 @@ def test_servers_the_gpu_cannot_hold_together_are_refused_with_the_layers_that_f
     assert fits[3] < fits[2] < 61
 
 
-# tools/h200_session.sh's results folder on the lease (RES)
-SESSION_RESULTS = re.search(r"^RES=\$\{RES:-(\S+)\}$", (ROOT / "tools" / "h200_session.sh").read_text(), re.M)[1]
 
 
 def _newest_run_commands() -> list[dict[str, str]]:
-    """Each `tools/h200_session.sh` command of bench/RESULTS-archive.md's newest "### Run" section (the run's own and
+    """Each `bench/e2e/runbook.sh` command of bench/RESULTS-archive.md's newest "### Run" section (the run's own and
     the next leases' it plans): the variables it sets, as the shell reads them."""
     archive = (ROOT / "bench" / "RESULTS-archive.md").read_text()
     section = archive[archive.rindex("\n### Run "):]
@@ -1479,7 +1477,7 @@ def test_the_newest_runs_lease_commands_would_start_on_an_h200(tmp_path, monkeyp
     it starts anything (its flags, its arms for its models, the peers' runtimes as the session script passes them,
     the candidates' folder) and its servers, started together, fit an H200's free memory (139.1 GiB, run 20's log);
     the kernel benches' flags (GEMM_ARGS, SMALL_M_CANDIDATES) pass their parsers."""
-    from bench import decode_gemm_bench, small_m_configs
+    from bench.kernels import decode_gemm as decode_gemm_bench, small_m_configs
 
     monkeypatch.chdir(ROOT)  # the session script runs them in the repository's root: their paths are relative to it
     commands = _newest_run_commands()
@@ -1500,7 +1498,7 @@ def test_the_newest_runs_lease_commands_would_start_on_an_h200(tmp_path, monkeyp
         # SMALL_M_CANDIDATES: the script adds the folder of the candidate files it makes (a folder of config files)
         candidates = ["--candidate-configs", "configs"] if "SMALL_M_CANDIDATES" in env else []
         # a later `e2e` of the same lease names the candidates folder its `all` made (the session's results folder)
-        args = ["configs" if a == f"{SESSION_RESULTS}/candidates" else a for a in shlex.split(env["E2E_ARGS"])]
+        args = ["configs" if a.endswith("/results/candidates") else a for a in shlex.split(env["E2E_ARGS"])]
         cfg = Config.from_args(cli.parser().parse_args(
             ["--stock-site", "-", "--models-dir", "-", "--out", "-", *peer_args, *args, *candidates]))
         deep = cli.models_at_depth(cfg)

@@ -57,7 +57,7 @@ def test_a_layout_preset_is_one_rank_of_its_deployment(name):
     """A rank of EP holds experts/EP experts whole and sees, per token, top_k x local/experts (token, local expert)
     pairs on average; a TP rank holds every expert with N/TP. The preset has that rank's GEMMs, the same pairs per
     token, block FP8's N % 128, and a harness shape of the same dimensions (the shape its config file is tuned on)."""
-    from bench.moe.shapes import SHAPES
+    from bench.kernels.moe.shapes import SHAPES
 
     full, spec = OFFICIAL_LAYOUTS[name], preset_spec(name)
     assert spec.experts == full["experts"] // full["ep"]
@@ -75,7 +75,7 @@ def test_the_deepseek_mla_preset_is_one_tp8_rank_of_deepseek_v3():
     """deepseek-v3-tp8-mla: DeepSeek-V3's config (61 layers, 128 heads, hidden 7,168, q and kv ranks 1,536 and 512,
     head parts 128 + 64 and values 128, 256 experts of 2,048 top-8 in 4 of 8 groups, one shared expert, three dense
     first layers of 18,432) with what TP8 divides divided by 8."""
-    from bench.moe.shapes import SHAPES
+    from bench.kernels.moe.shapes import SHAPES
 
     spec = preset_spec("deepseek-v3-tp8-mla")
     assert spec.arch == "deepseek_v3" and spec.heads == 128 // 8 and spec.hidden == 7168

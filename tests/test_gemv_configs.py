@@ -1,13 +1,13 @@
-"""bench/moe/gemv_configs.py: patch 0011's candidate files from a decode GEMV probe. The recorded candidates are the
-ones the recorded probe gives, and each is the shipped file with GEMV dicts added only where the probe measured the
-candidate at or below the ratio. configs/ ships the GEMV dicts only where the engine bench gated them."""
+"""bench/kernels/moe/gemv_configs.py: patch 0011's candidate files from a decode GEMV probe. The recorded candidates are
+the ones the recorded probe gives, and each is the shipped file with GEMV dicts added only where the probe measured
+the candidate at or below the ratio. configs/ ships the GEMV dicts only where the engine bench gated them."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from bench.moe import gemv_configs
-from bench.moe.shapes import SHAPES
+from bench.kernels.moe import gemv_configs
+from bench.kernels.moe.shapes import SHAPES
 from serving.vllm_patches.moe_configs import config_file_name
 
 ROOT = Path(__file__).resolve().parents[1]

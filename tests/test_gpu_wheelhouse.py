@@ -112,7 +112,7 @@ def test_a_peer_wheelhouse_holds_only_what_the_image_runtime_lacks_at_that_versi
 
 def test_packed_parts_carry_the_runtimes_name(tmp_path):
     """pack --name: parts NAME.tar.part-NNN holding the folder NAME, so that several wheelhouses' parts share one
-    staging folder (tools/h200_session.sh: the image's wheelhouse.tar.part-* and each peer's)."""
+    staging folder (bench/e2e/runbook.sh: the image's wheelhouse.tar.part-* and each peer's)."""
     import tarfile
 
     src = tmp_path / "w"

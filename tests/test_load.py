@@ -1,4 +1,4 @@
-"""Bounded loopback load on the shared real server (bench/load.py): zero failures, and every
+"""Bounded loopback load on the shared real server (bench/http/load.py): zero failures, and every
 answer under load -- LMI, OpenAI completion and chat, streamed and not -- equals the same
 prompt's greedy answer taken alone. CI's size by default; LOAD_CLIENTS / LOAD_REQUESTS /
 LOAD_TOKENS make it bigger by hand.
@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from bench import load
+from bench.http import load
 
 pytestmark = pytest.mark.engine
 

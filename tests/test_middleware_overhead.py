@@ -1,4 +1,4 @@
-"""bench/middleware_overhead.py: the container's ASGI middleware against the bare app under a burst of streamed
+"""bench/http/middleware_overhead.py: the container's ASGI middleware against the bare app under a burst of streamed
 requests, in-process: every response is served whole through both, the figures are the repetitions' medians, and a
 bad count is named."""
 from __future__ import annotations
@@ -13,8 +13,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bench.middleware_overhead", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "bench.http.middleware_overhead", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
 
 
 def test_both_arms_serve_every_chunk_and_the_figures_are_their_medians(tmp_path):

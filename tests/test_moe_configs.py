@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.moe.configs import entry_str, get_default_config, try_get_config
-from bench.moe.shapes import SHAPES, gemm_dims, vllm_warmup_ms
+from bench.kernels.moe.configs import entry_str, get_default_config, try_get_config
+from bench.kernels.moe.shapes import SHAPES, gemm_dims, vllm_warmup_ms
 from serving.vllm_patches.moe_configs import config_file_name, gemm_config, get_moe_configs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -142,7 +142,7 @@ def test_default_config_matches_vllm_rules():
 
 def test_moe_align_block_size_torch():
     torch = pytest.importorskip("torch")
-    from bench.moe.launch import moe_align_block_size_torch
+    from bench.kernels.moe.launch import moe_align_block_size_torch
     g = torch.Generator().manual_seed(0)
     for M, E, topk, bm in [(1, 8, 2, 16), (5, 16, 4, 16), (37, 128, 8, 32), (300, 8, 2, 64)]:
         ids = torch.stack([torch.randperm(E, generator=g)[:topk] for _ in range(M)]).to(torch.int32)

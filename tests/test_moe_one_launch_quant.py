@@ -1,7 +1,7 @@
 """Patch 0006's one-launch FP8 quantization kernel, as the installed (patched) vLLM ships it, run by Triton's
 interpreter on the CPU (tests/moe_one_launch_quant_check.py, in its own process) against vLLM's CUDA op's
 arithmetic: decode shapes of the TP8 shards in three input dtypes, an all-zero input, the size limit and the
-switch. bench/fp8_quant_bench.py compares the fp8 bits with vLLM's op on the H200."""
+switch. bench/kernels/fp8_quant.py compares the fp8 bits with vLLM's op on the H200."""
 from __future__ import annotations
 
 import json
@@ -55,7 +55,7 @@ def test_switch_values(cases):
 
 
 def test_the_shipped_limit_is_where_the_h200_measured_the_kernel_faster():
-    """bench/data/h200_engine_6/fp8_quant.json (bench/fp8_quant_bench.py on the H200): every input the patch serves
+    """bench/data/h200_engine_6/fp8_quant.json (bench/kernels/fp8_quant.py on the H200): every input the patch serves
     was faster in one launch than through vLLM's op, every larger one slower, and all gave the same fp8 bytes and
     scale. The limit is the patch's largest block size."""
     import re

@@ -1,7 +1,7 @@
 """Patch 0007's one-pass softmax top-k routing kernel, as the installed (patched) vLLM ships it, run by Triton's
 interpreter on the CPU (tests/moe_one_pass_topk_check.py, in its own process) against the contract of vLLM's
 topk_softmax op written in torch: the TP8 shards' routers and two others, three logit dtypes, ties, NaN/Inf
-logits, padding rows, int64 ids and the switch. bench/router_topk_bench.py compares it with vLLM's CUDA op on
+logits, padding rows, int64 ids and the switch. bench/kernels/router_topk.py compares it with vLLM's CUDA op on
 the H200."""
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def test_a_nan_or_inf_logit_zeroes_its_row_as_vllms_op_does(cases):
 
 def test_padding_rows_get_expert_minus_one_and_keep_their_weights(cases):
     # expert -1, which the experts skip; the weights stay as computed (vLLM's op writes none defined there
-    # for 160 experts: bench/router_topk_bench.py)
+    # for 160 experts: bench/kernels/router_topk.py)
     assert cases["padding rows"]["ids_equal"]
     assert cases["padding rows values"] == {"ids": [-1], "weights_kept": True}
 

@@ -1,7 +1,7 @@
 """Patch 0009's float32 router logits, as the installed (patched) vLLM builds its GateLinear on a Hopper GPU
 (tests/moe_router_fp32_check.py, in its own process): on or unset, an unset out_dtype becomes float32 and with it
 vLLM's float32 tiers; a model's own out_dtype and the switch set off stay as stock; an expert method's later
-set_out_dtype() applies; a bad value is named. The tiers' kernels run on a GPU only (bench/decode_gemm_bench.py)."""
+set_out_dtype() applies; a bad value is named. The tiers' kernels run on a GPU only (bench/kernels/decode_gemm.py)."""
 from __future__ import annotations
 
 from check_script import Check

@@ -3,7 +3,7 @@ it, run by Triton's interpreter on the CPU (tests/moe_split_k_check.py, in its
 own process) against a float32 reference: naive and aligned expert
 assignment, per-tensor and [128,128] block scales, swap-AB forced on, both
 GEMMs, a second launch of each at M=1; the workspace must be left zeroed. The H200 harness
-(bench/moe/) runs the same code on the GPU."""
+(bench/kernels/moe/) runs the same code on the GPU."""
 from __future__ import annotations
 
 import pytest

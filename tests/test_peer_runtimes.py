@@ -183,7 +183,7 @@ def _wheel(dest: Path, name: str, version: str) -> None:
 
 
 def test_the_session_scripts_peers_step_installs_a_runtime_from_its_staged_parts(tmp_path, image_venv):
-    """tools/h200_session.sh peers: the parts of wheelhouse-sglang staged beside the image's are joined, unpacked,
+    """bench/e2e/runbook.sh peers: the parts of wheelhouse-sglang staged beside the image's are joined, unpacked,
     installed as the sglang venv (the image venv's pip, a real wheel) and removed; then check runs (failing here:
     the stand-in wheelhouse holds one package of SGLang's lock)."""
     from tools import gpu_wheelhouse as gw
@@ -204,7 +204,7 @@ def test_the_session_scripts_peers_step_installs_a_runtime_from_its_staged_parts
     root.mkdir()
     env = {"PATH": "/usr/bin:/bin:" + str(Path(sys.executable).parent), "STAGE": str(stage), "PEER_ROOT": str(root),
            "GPU_VENV": str(pip_venv), "PEERS": "sglang"}
-    r = subprocess.run(["bash", "tools/h200_session.sh", "peers"], cwd=ROOT, env=env, capture_output=True, text=True,
+    r = subprocess.run(["bash", "bench/e2e/runbook.sh", "peers"], cwd=ROOT, env=env, capture_output=True, text=True,
                        timeout=300)
     out = r.stdout + r.stderr
     py = root / "venv-sglang" / "bin" / "python"
@@ -219,10 +219,10 @@ def test_the_session_scripts_peers_step_installs_a_runtime_from_its_staged_parts
 
 @pytest.mark.parametrize("subcommand", ["prep", "all", "e2e"])
 def test_the_session_scripts_engine_steps_refuse_to_start_without_the_runs_models(tmp_path, subcommand):
-    """tools/h200_session.sh prep, all and e2e without E2E_ARGS would make (or serve) every preset model, which no
+    """bench/e2e/runbook.sh prep, all and e2e without E2E_ARGS would make (or serve) every preset model, which no
     lease's disk holds: each stops at once, saying what to give it, and touches nothing."""
     env = {"PATH": "/usr/bin:/bin", "RES": str(tmp_path / "results"), "STAGE": str(tmp_path / "stage")}
-    r = subprocess.run(["bash", "tools/h200_session.sh", subcommand], cwd=ROOT, env=env, capture_output=True,
+    r = subprocess.run(["bash", "bench/e2e/runbook.sh", subcommand], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 2 and f"{subcommand}: E2E_ARGS is unset" in r.stderr, r.stderr
     assert ("ENGINE=0" in r.stderr) == (subcommand == "all"), r.stderr
@@ -237,7 +237,7 @@ def test_the_session_scripts_all_with_engine_0_runs_the_kernel_steps_without_e2e
     res = tmp_path / "results"
     env = {"PATH": "/usr/bin:/bin", "RES": str(res), "STAGE": str(tmp_path / "stage"), "ENGINE": "0",
            "WH": str(tmp_path / "wheelhouse"), "GEMMS": "0", "KERNELS": "0"}
-    r = subprocess.run(["bash", "tools/h200_session.sh", "all"], cwd=ROOT, env=env, capture_output=True, text=True,
+    r = subprocess.run(["bash", "bench/e2e/runbook.sh", "all"], cwd=ROOT, env=env, capture_output=True, text=True,
                        timeout=60)
     log = (res / "session.log").read_text()
     assert r.returncode == 1 and re.search(r"^=== \d+ s: unpack$", log, re.M), (r.stderr, log)
@@ -245,7 +245,7 @@ def test_the_session_scripts_all_with_engine_0_runs_the_kernel_steps_without_e2e
     (res / "session.log").unlink()
     (res / "prep.log").write_text("")
     (res / "PREP_DONE").touch()
-    r = subprocess.run(["bash", "tools/h200_session.sh", "all"], cwd=ROOT, env={**env, "PEERS": "sglang"},
+    r = subprocess.run(["bash", "bench/e2e/runbook.sh", "all"], cwd=ROOT, env={**env, "PEERS": "sglang"},
                        capture_output=True, text=True, timeout=60)
     log = (res / "session.log").read_text()
     assert r.returncode == 0 and "ENGINE=0: no engine bench" in log and (res / "DONE").exists(), (r.stderr, log)

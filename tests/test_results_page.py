@@ -200,7 +200,7 @@ def test_the_h100_ep8_figures_against_sglang_are_the_recorded_runs_34_and_35():
     section, index row, the goals row and README; run 35 (the H200's fused-MoE files read as the H100's) and 35b (the
     small-M files too) in the goals row, the headline (35b: not there, where run 36's side-by-side figures stand) and
     the archive; the H200 entries' kernel ratios on the H100 come from probe 34b's bench."""
-    from bench.moe.report import t_of
+    from bench.kernels.moe.report import t_of
 
     model = "qwen3-235b-ep8-block@94L"
     data = ROOT / "bench" / "data" / "h100_block_34"

@@ -1,11 +1,11 @@
-"""bench/small_m_configs.py: the shipped small-M files (patch 0010) are what it makes from the decode GEMM benches of
-runs 17 (the 235B EP8 rank's shapes) and 18 (the Coder EP8 rank's, and DeepSeek-V3's attention GEMMs), with the counts
-the engine bench gated: the 235B's up to 32 tokens (runs 17 and 31), the Coder's up to 8 (run 23) with its one-token
-GEMV entries from kernel probe 24b (--gemv-from, gated in run 26), and DeepSeek-V3's
-o_proj at TP8 attention as run 18's lease wrote it (gated in run 27; the shard's qkv stands in for MLA, so its file does
-not ship); the H100's own files for the 235B's shapes, the H200's entries with run 42's at 48-128 tokens over them
-(its lease's decode GEMM bench on an H100, `--base` the H200 files, gated in the same run); and it gives the split-K
-kernel only the token counts where it beat CUTLASS in every repetition."""
+"""bench/kernels/small_m_configs.py: the shipped small-M files (patch 0010) are what it makes from the decode GEMM
+benches of runs 17 (the 235B EP8 rank's shapes) and 18 (the Coder EP8 rank's, and DeepSeek-V3's attention GEMMs),
+with the counts the engine bench gated: the 235B's up to 32 tokens (runs 17 and 31), the Coder's up to 8 (run 23)
+with its one-token GEMV entries from kernel probe 24b (--gemv-from, gated in run 26), and DeepSeek-V3's o_proj at TP8
+attention as run 18's lease wrote it (gated in run 27; the shard's qkv stands in for MLA, so its file does not ship);
+the H100's own files for the 235B's shapes, the H200's entries with run 42's at 48-128 tokens over them (its lease's
+decode GEMM bench on an H100, `--base` the H200 files, gated in the same run); and it gives the split-K kernel only
+the token counts where it beat CUTLASS in every repetition."""
 from __future__ import annotations
 
 import json
@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench import small_m_configs
+from bench.kernels import small_m_configs
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_17 = ROOT / "bench" / "data" / "h200_block_17" / "decode" / "decode_gemm.json"
@@ -31,7 +31,8 @@ def h200_files(folder: Path) -> Path:
 
 
 def make(source: Path, out: Path, *args: str) -> list[str]:
-    r = subprocess.run([sys.executable, "-m", "bench.small_m_configs", "--from", str(source), "--out", str(out), *args],
+    r = subprocess.run([sys.executable, "-m", "bench.kernels.small_m_configs", "--from", str(source),
+                        "--out", str(out), *args],
                        cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     return sorted(Path(line).name for line in r.stdout.split())
@@ -57,8 +58,8 @@ def test_shipped_files_reproduce_from_runs_17_18_and_42_and_kernel_probe_24b(tmp
         made = make(source, tmp_path / str(i), *(str(base) if f == BASE else f for f in flags))
         if gemv_shapes:
             folder = str(tmp_path / str(i))
-            r = subprocess.run([sys.executable, "-m", "bench.small_m_configs", "--gemv-from", *map(str, GEMV_PROBES),
-                                "--gemv-shapes", *gemv_shapes, "--base", folder, "--out", folder],
+            r = subprocess.run([sys.executable, "-m", "bench.kernels.small_m_configs",
+                                "--gemv-from", *map(str, GEMV_PROBES), "--gemv-shapes", *gemv_shapes, "--base", folder, "--out", folder],
                                cwd=ROOT, capture_output=True, text=True, timeout=120)
             assert r.returncode == 0, r.stderr
             assert len(r.stdout.split()) == len(gemv_shapes)
@@ -71,7 +72,7 @@ def test_shipped_files_reproduce_from_runs_17_18_and_42_and_kernel_probe_24b(tmp
 
 
 def test_run_18s_candidate_files_are_what_its_lease_made_from_its_decode_bench(tmp_path):
-    """tools/h200_session.sh SMALL_M_CANDIDATES wrote them on the H200 from the same decode_gemm.json."""
+    """bench/e2e/runbook.sh SMALL_M_CANDIDATES wrote them on the H200 from the same decode_gemm.json."""
     made = make(RUN_18 / "decode" / "decode_gemm.json", tmp_path,
                 "--fused-input-quant", "6144x12288", "4096x1024", "7168x2048")
     recorded = sorted(p.name for p in (RUN_18 / "small_m_candidates").glob("*.json"))
@@ -175,7 +176,7 @@ def test_a_bench_of_larger_token_counts_adds_to_the_shipped_entries_with_base(tm
     make(bench_json, tmp_path / "own", "--base", str(ROOT / "configs"))
     shipped = json.loads((ROOT / "configs" / own).read_text())
     assert json.loads((tmp_path / "own" / own).read_text()) == {**shipped, "64": tall}
-    r = subprocess.run([sys.executable, "-m", "bench.small_m_configs", "--from", str(bench_json), "--out",
+    r = subprocess.run([sys.executable, "-m", "bench.kernels.small_m_configs", "--from", str(bench_json), "--out",
                         str(tmp_path / "none"), "--base", str(tmp_path / "missing")],
                        cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and f"--base {tmp_path / 'missing'}: no such folder" in r.stderr

@@ -63,7 +63,7 @@ def test_fp8_checkpoint_format(tmp_path):
 
     out = tmp_path / "fp8"
     r = subprocess.run([sys.executable, "-m", "serving.tiny_model", "--out", str(out), "--fp8", "--layers", "1",
-                        "--experts", "16", "--tp-friendly", "8"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+                        "--experts", "16"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     cfg = json.loads((out / "config.json").read_text())
     q = Fp8Config.from_config(cfg["quantization_config"])  # vLLM's own parser of the section

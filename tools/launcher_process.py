@@ -2,7 +2,7 @@
 engine), or any command that answers a readiness path with 200 (/ping: the engine bench's vLLM arms; SGLang's
 /health).
 
-Shared by the tests' fixtures (tests/conftest.py), the load generators (bench/lmi_vs_openai.py, bench/load.py) and
+Shared by the tests' fixtures (tests/conftest.py), the load generators (bench/http/) and
 the engine bench (bench/e2e); no pytest here, so a plain script can import it.
 """
 from __future__ import annotations

@@ -30,7 +30,7 @@ as their container runs; the host's for stock and the peers). With --profile, a 
 trace of a short run at 1 and 32 clients gives each arm's GPU time by kernel class.
 
 Both arms take OpenAI bodies on /v1/completions (stock vLLM has no LMI bodies); what LMI bodies
-cost on top is measured by bench/lmi_vs_openai.py. Results: OUT/e2e.json and OUT/e2e.md.
+cost on top is measured by bench/http/lmi_vs_openai.py. Results: OUT/e2e.json and OUT/e2e.md.
 
 The peers a user would pick instead, each from a Python of its own (tools/peer_runtimes.py makes them on the GPU
 host), measured in the same turns and compared with the image figure by figure (e2e.md's image/peer table):

@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
             log(f"--drop-models: made {chosen[0].name} only; the run makes "
                 f"{', '.join(m.name for m in chosen[1:])} in turn")
         return 0
-    # A SIGTERM (tools/h200_session.sh stop) unwinds through run's cleanup, so the servers, each in a session of
+    # A SIGTERM (bench/e2e/runbook.sh stop) unwinds through run's cleanup, so the servers, each in a session of
     # its own, are stopped too: without it an engine core outlives the bench and keeps the GPU's memory.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     results = run(cfg, list(models.values()))

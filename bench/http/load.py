@@ -1,7 +1,7 @@
 """Loopback load test: many concurrent clients, a fixed number of requests, every answer checked.
 
-    .venv/bin/python -m bench.load --url http://127.0.0.1:8080                 # CI's size
-    .venv/bin/python -m bench.load --clients 256 --requests 4096 --tokens 64   # starts its own server
+    .venv/bin/python -m bench.http.load --url http://127.0.0.1:8080                 # CI's size
+    .venv/bin/python -m bench.http.load --clients 256 --requests 4096 --tokens 64   # starts its own server
 
 Bodies rotate through six kinds: LMI, OpenAI completion and OpenAI chat, each streamed and not;
 decoding is greedy with a fixed number of output tokens (EOS ignored). Before the load, each

@@ -1,7 +1,7 @@
 """The same streamed workload through /invocations with an LMI body and with an OpenAI body.
 
-    .venv/bin/python -m bench.lmi_vs_openai                 # starts the launcher's engine itself
-    .venv/bin/python -m bench.lmi_vs_openai --url http://127.0.0.1:8080
+    .venv/bin/python -m bench.http.lmi_vs_openai                 # starts the launcher's engine itself
+    .venv/bin/python -m bench.http.lmi_vs_openai --url http://127.0.0.1:8080
 
 Bounded: a fixed number of requests per round, a fixed concurrency, greedy decoding with a
 fixed number of output tokens (EOS ignored), so both bodies ask the engine for exactly the

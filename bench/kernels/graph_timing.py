@@ -1,6 +1,6 @@
 """Time a small GPU op the way vLLM's decode runs it: many calls captured in one CUDA graph, replayed.
 
-Shared by the kernel benches of patches 0006 (bench/fp8_quant_bench.py) and 0007 (bench/router_topk_bench.py).
+Shared by the kernel benches of patches 0006 (fp8_quant), 0007 (router_topk) and 0010 (decode_gemm).
 """
 from __future__ import annotations
 

@@ -1,16 +1,16 @@
 """Fused-MoE config files with patch 0011's GEMV dicts, from a recorded decode GEMV probe
 (its gemv_probe.json: per shape, token count and GEMM, vLLM's time and the best GEMV config's).
 
-    python -m bench.moe.gemv_configs --from bench/data/h200_gemv_probe/gemv_probe_3_wide_m124.json \
+    python -m bench.kernels.moe.gemv_configs --from bench/data/h200_gemv_probe/gemv_probe_3_wide_m124.json \
         --out bench/data/h200_gemv_probe/candidates
 
 For every probed (shape, token count, GEMM) where the candidate's best took at most --max-ratio of vLLM's kernel
 with the shipped entry, the shipped file's entry for that token count gets the config under its per-GEMM dict
 (`{"w13": {"GEMV": {...}}}`); everything else is the shipped file's. The files are written whole, for the engine
 bench's image-candidates arm (laid over configs/). A shape's file ships in configs/ once the engine bench gates it
-(GATED); configs/ is then this tool's output for those shapes over bench.moe.make_configs' files:
+(GATED); configs/ is then this tool's output for those shapes over bench.kernels.moe.make_configs' files:
 
-    python -m bench.moe.gemv_configs --from bench/data/h200_gemv_probe/gemv_probe_3_wide_m124.json \
+    python -m bench.kernels.moe.gemv_configs --from bench/data/h200_gemv_probe/gemv_probe_3_wide_m124.json \
         --configs DIR --out DIR --shapes qwen3-235b-ep8
 """
 from __future__ import annotations
@@ -54,7 +54,7 @@ def gemv_files(probe: dict, configs_dir: Path, max_ratio: float = DEFAULT_MAX_RA
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.moe.gemv_configs", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m bench.kernels.moe.gemv_configs", description=__doc__.split("\n\n")[0])
     p.add_argument("--from", dest="probe", type=Path, required=True, help="a gemv_probe.json")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--configs", type=Path, default=ROOT / "configs", help="the shipped files extended")

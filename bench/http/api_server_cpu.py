@@ -1,7 +1,7 @@
 """The CPU time vLLM's API server spends on each request of a burst of streamed completions: the container's
 launcher serving the embedded tiny model on the CPU engine, with one or more API server processes.
 
-    .venv/bin/python -m bench.api_server_cpu [--api-servers 1] [--requests 128] [--tokens 1 32] [--bursts 4]
+    .venv/bin/python -m bench.http.api_server_cpu [--api-servers 1] [--requests 128] [--tokens 1 32] [--bursts 4]
                                              [--url URL] [--json FILE]
 
 Each burst sends --requests streamed /v1/completions at once (fresh 128-character text prompts, which the API server
@@ -136,7 +136,7 @@ def report(res: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.api_server_cpu", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m bench.http.api_server_cpu", description=__doc__.split("\n\n")[0])
     p.add_argument("--api-servers", type=int, default=1)
     p.add_argument("--requests", type=int, default=128)
     p.add_argument("--tokens", type=int, nargs="+", default=[1, 32])
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         res = measure(a.api_servers, a.requests, sorted(set(a.tokens)), a.bursts, a.url)
     except (RuntimeError, OSError) as e:  # RuntimeError: an answer not 200 or a bad count; OSError: no connection
-        print(f"python -m bench.api_server_cpu: {e}", file=sys.stderr)
+        print(f"python -m bench.http.api_server_cpu: {e}", file=sys.stderr)
         return 1
     print(report(res))
     if a.json:

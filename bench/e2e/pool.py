@@ -3,7 +3,7 @@
 A paired ratio is a repetition's image figure over the stock figure measured just before it on the same
 host, so ratios from runs on different hosts can be pooled where the absolute figures cannot.
 
-    python -m bench.e2e_pool bench/data/h200_engine_3/e2e.json bench/data/h200_engine_4/e2e.json
+    python -m bench.e2e.pool bench/data/h200_engine_3/e2e.json bench/data/h200_engine_4/e2e.json
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def table(runs: list[dict]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.e2e_pool", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m bench.e2e.pool", description=__doc__.split("\n\n")[0])
     p.add_argument("runs", nargs="+", type=Path, help="e2e.json files of python -m bench.e2e")
     a = p.parse_args(argv)
     print("\n".join(table([json.loads(f.read_text()) for f in a.runs])))

@@ -1,6 +1,6 @@
 """The decode step's GEMMs outside the fused MoE, on the GPU, each against the other kernels vLLM 0.32 has for it.
 
-    python -m bench.decode_gemm_bench --out DIR      (the image's Python; --quick: fewer sizes and configs;
+    python -m bench.kernels.decode_gemm --out DIR      (the image's Python; --quick: fewer sizes and configs;
                                                       --tokens M ...: the dense layers' token counts)
 
 Run 15's profile of the Qwen3-235B EP8 block shard (bench/RESULTS-archive.md) put 1.35 ms of a 6.5 ms one-client
@@ -21,12 +21,12 @@ This bench times, per shape and token count, the kernels vLLM already ships for 
   with the best dict of its grid, and the image's own call (`vllm::lmi_cutlass_block_fp8_mm`: the tier where a
   small-M file in configs/ covers the shape and token count, else CUTLASS). For a layer whose input no fusion
   pass quantizes (o_proj), the input's quantization and CUTLASS against the split-K variant quantizing its bf16
-  input itself (a small-M file's fused_input_quant). `python -m bench.small_m_configs --from OUT/decode_gemm.json` turns the
-  cases where the split-K variant beat CUTLASS into small-M files.
+  input itself (a small-M file's fused_input_quant). `python -m bench.kernels.small_m_configs --from
+  OUT/decode_gemm.json` turns the cases where the split-K variant beat CUTLASS into small-M files.
 
 Each arm's first call in each case is timed on the wall clock (`first_call_ms`: a JIT compile, such as cuteDSL's
 or Triton's for a new config, shows there). Each kernel then runs 100 times in one CUDA graph, the graphs replayed
-in turn 7 times (bench/cuda_graph_timing.py): microseconds per call, the median and range of each candidate over
+in turn 7 times (bench/kernels/graph_timing.py): microseconds per call, the median and range of each candidate over
 the baseline (F.linear; CUTLASS). The calls of a graph take their weights in turn from copies that together hold
 three times L2 (`weight_sets`), so that each call reads them from HBM, as a decode step reads each layer's. Every
 output is compared with a float32 reference. Prints markdown tables, writes decode_gemm.json and decode_gemm.md.
@@ -45,8 +45,8 @@ from pathlib import Path
 
 import torch
 
-from bench.cuda_graph_timing import CALLS, REPS, graph_of, in_turn, time_us
-from bench.moe.problem import ROTATED_BYTES, n_sets_for
+from bench.kernels.graph_timing import CALLS, REPS, graph_of, in_turn, time_us
+from bench.kernels.moe.problem import ROTATED_BYTES, n_sets_for
 from serving.paths import CONFIGS_DIR
 
 BLOCK = 128

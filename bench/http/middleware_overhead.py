@@ -1,7 +1,7 @@
 """What the container's ASGI middleware (serving.lmi.middleware.LMIMiddleware) adds to vLLM's OpenAI routes under a
 burst of streamed requests, in-process, against the same ASGI app without it.
 
-    .venv/bin/python -m bench.middleware_overhead [--requests 128] [--chunks 128] [--reps 20] [--json FILE]
+    .venv/bin/python -m bench.http.middleware_overhead [--requests 128] [--chunks 128] [--reps 20] [--json FILE]
 
 The app behind the middleware reads each request's body and streams `--chunks` server-sent-event chunks, as vLLM's
 completion route streams tokens, with no engine: the time left is the middleware's own (its drain tracking, the

@@ -1,4 +1,4 @@
-"""The harness's command line (python -m bench.moe)."""
+"""The harness's command line (python -m bench.kernels.moe)."""
 from __future__ import annotations
 
 import argparse
@@ -41,7 +41,8 @@ def _ints(s):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="python -m bench.kernels.moe", description=DESCRIPTION,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--fused-moe-py", required=True, help="vLLM fused_moe.py (stock)")
     ap.add_argument("--patched-fused-moe-py", default=None, help="do_not_specialize-patched fused_moe.py")
     ap.add_argument("--stock-configs-dir", default=None, help="vLLM configs/ dir (default: beside fused_moe.py)")

@@ -1,6 +1,6 @@
 """Patch 0007 on the GPU: the one-pass softmax top-k routing kernel against vLLM's `topk_softmax` op.
 
-    python -m bench.router_topk_bench --out DIR      (the image's Python: vLLM with the series applied)
+    python -m bench.kernels.router_topk --out DIR      (the image's Python: vLLM with the series applied)
 
 For the TP8 shards' routers (Qwen3-235B: 128 experts, Qwen3-Coder: 160, both top-8, renormalized) and token
 counts from 1 to 8,192 it checks that both give the same expert ids and source rows and how far the weights
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from bench.cuda_graph_timing import CALLS, REPS, alternate, graph_of
+from bench.kernels.graph_timing import CALLS, REPS, alternate, graph_of
 
 ROUTERS = {"qwen3-235b-tp8": (128, 8), "qwen3-coder-480b-tp8": (160, 8)}
 TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)

@@ -1,7 +1,7 @@
-"""Patch 0010's small-M files (configs/N=<N>,K=<K>,...,small_m.json) from bench/decode_gemm_bench.py's timings.
+"""Patch 0010's small-M files (configs/N=<N>,K=<K>,...,small_m.json) from bench/kernels/decode_gemm.py's timings.
 
-    python -m bench.small_m_configs --from bench/data/h200_block_17/decode/decode_gemm.json --out configs
-    python -m bench.small_m_configs --from OUT/decode/decode_gemm.json --out DIR
+    python -m bench.kernels.small_m_configs --from bench/data/h200_block_17/decode/decode_gemm.json --out configs
+    python -m bench.kernels.small_m_configs --from OUT/decode/decode_gemm.json --out DIR
 
 Per block-FP8 dense shape and token count (up to --max-tokens), the decode GEMM bench's best split-K config where
 it was faster than CUTLASS in every paired repetition, in the image's stack, else null (CUTLASS). A shape where it
@@ -14,7 +14,7 @@ keeps the entries of DIR's file for a shape (the device's own, else the H200's, 
 token count the bench did not time, and that file's fused_input_quant: a bench of larger token counts then adds to
 the shipped entries rather than replacing them. Writes one file per shape; prints what it wrote.
 
-    python -m bench.small_m_configs --gemv-from PROBE.json ... [--gemv-shapes coder-qkv ...] --base DIR --out DIR
+    python -m bench.kernels.small_m_configs --gemv-from PROBE.json ... [--gemv-shapes NAME ...] --base DIR --out DIR
 
 --gemv-from takes recorded dense GEMV probes instead (patch 0010's matrix-vector kernel against its split-K kernel,
 per named shape and token count): each token count where the best GEMV dict beat the split-K kernel's best in the
@@ -28,7 +28,7 @@ from pathlib import Path
 
 BLOCK = 128
 KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "SPLIT_K", "num_warps", "num_stages")
-FUSED_RATIO = "split-K quantizing/quant + cutlass"  # bench/decode_gemm_bench.py's paired ratio for fused_input_quant
+FUSED_RATIO = "split-K quantizing/quant + cutlass"  # bench/kernels/decode_gemm.py's paired ratio for fused_input_quant
 
 
 def file_name(n: int, k: int, device: str = "NVIDIA_H200") -> str:
@@ -149,7 +149,7 @@ def shape(text: str) -> tuple[int, int]:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument("--from", dest="source", type=Path, help="bench/decode_gemm_bench.py's decode_gemm.json")
+    source.add_argument("--from", dest="source", type=Path, help="bench/kernels/decode_gemm.py's decode_gemm.json")
     source.add_argument("--gemv-from", nargs="+", type=Path, metavar="JSON",
                         help="recorded dense GEMV probes: their GEMV entries laid over --base's files")
     p.add_argument("--gemv-shapes", nargs="+", metavar="NAME",

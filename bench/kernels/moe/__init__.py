@@ -1,7 +1,7 @@
 """H200 benchmark / tuning / JIT-count harness for vLLM 0.32's Triton fused-MoE
 FP8 kernel (``fused_moe_kernel``), run WITHOUT importing vLLM.
 
-    python3 -m bench.moe --fused-moe-py <vllm>/.../fused_moe.py [--mode ...]   (from the repository root)
+    python3 -m bench.kernels.moe --fused-moe-py <vllm>/.../fused_moe.py [--mode ...]   (from the repository root)
 
 The kernel source is taken from a vLLM ``fused_moe.py`` given by path (pristine
 or patched): ``fused_moe_kernel`` and the jit helpers it calls are cut out with

@@ -1,7 +1,7 @@
 """Patch 0006 on the GPU: the one-launch dynamic per-tensor FP8 quantization against vLLM's op
 (`ops.scaled_fp8_quant`: memset, abs-max kernel, quantization kernel) on the fused MoE's decode inputs.
 
-    python -m bench.fp8_quant_bench --out DIR      (the image's Python: vLLM with the series applied)
+    python -m bench.kernels.fp8_quant --out DIR      (the image's Python: vLLM with the series applied)
 
 For each input (w13: tokens x hidden; w2: tokens x top-k x N, of the TP8 shards, up to 16 Ki elements) it
 checks that both give the same fp8 bytes and scale, then times each inside a CUDA graph of 100 calls, as
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from bench.cuda_graph_timing import CALLS, REPS, alternate, graph_of
+from bench.kernels.graph_timing import CALLS, REPS, alternate, graph_of
 
 SHAPES = {  # name -> (hidden or top-k x N); rows = tokens (w13) or tokens x top-k (w2)
     "qwen3-235b-tp8 w13": (1, 4096), "qwen3-235b-tp8 w2": (8, 192),
