@@ -24,6 +24,7 @@ from typing import Mapping
 from . import resolve
 from . import compile_cache, compile_passes, custom_code, cuda_graphs, kernels, modelinfo_cache, tuned_configs
 from . import early_checks, parallel_layout
+from . import group as group_roles
 from .exit_codes import ExitCode
 from .paths import ROOT
 from .settings import Context, Settings, SettingValueError, flag_set
@@ -76,6 +77,7 @@ class Plan:
     s3_url: str | None = None
     code_folder: Path | None = None  # the user's code: model.py, requirements.txt
     configs_layout: tuned_configs.Layout | None = None  # VLLM_TUNED_CONFIG_FOLDER where the launcher names it
+    group: group_roles.Group | None = None  # this host's role in a group of hosts (serving/group.py)
 
 
 def is_cpu_build() -> bool:
@@ -319,6 +321,11 @@ def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
     if compile_config and "compilation_config" not in res.entries:
         argv += vllm_args.argv(vllm_args.flag_for("compilation_config"), compile_config)
     argv += ["--middleware", LMI_MIDDLEWARE]
+    grp = group_roles.from_settings(res.entries, kind, model_path, env)
+    if grp is not None:  # the leader's or a headless worker's command, with the whole group's parallelism
+        per_host = 1 if is_cpu_build() else visible_gpus(env)
+        argv, role = group_roles.arrange(argv, res.entries, grp, per_host, vllm_args)
+        notes.append(role)
     early_checks.check(res.entries, argv[len(ENGINE_COMMAND) + 2:], vllm_args.parser)
 
     engine_env = dict(env) | kernel_plan.env
@@ -326,6 +333,8 @@ def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
         if r.setting is not None and r.setting.engine_env:
             v = r.value
             engine_env[r.setting.engine_env] = ("1" if v else "0") if isinstance(v, bool) else str(v)
+    if grp is not None:
+        engine_env |= group_roles.engine_env(res.entries)
     if s.disable_compile_cache and s.aot_compile is None:
         # vLLM turns its AOT compile off by default where its compile cache is off; the AOT-compiled model runs
         # faster at one client (docs/settings.md, aot_compile), so it stays as vLLM has it with the cache on
@@ -353,7 +362,7 @@ def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
         notes.append(f"custom code in {folder}: {', '.join(found)}"
                      + ("" if s.install_requirements else " (install_requirements=false: requirements.txt not installed)"))
     engine_env["PYTHONPATH"] = engine_python_path(custom_code.CustomCode(folder).python_path(), env)
-    return Plan(s, res.entries, argv, engine_env, kind, model_path, notes, s3_url, folder, configs)
+    return Plan(s, res.entries, argv, engine_env, kind, model_path, notes, s3_url, folder, configs, grp)
 
 
 def engine_python_path(code_paths: list[str], env: Mapping[str, str]) -> str:
@@ -469,6 +478,11 @@ def main(argv: list[str] | None = None) -> int:
         return ExitCode.OK
     for line in report(p):
         log.info("%s", line)
+    if p.group is not None and not args.prepare_only:  # the group link beside the engine (serving/group_link.py)
+        from .group_link import start
+        if (error := start(p.group, p.settings.host, p.settings.port)) is not None:
+            print(f"configuration error: {error}", file=sys.stderr)
+            return ExitCode.CONFIG_ERROR
     try:
         ensure_model(p)
     except Exception as e:
@@ -484,7 +498,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"configuration error: {e}", file=sys.stderr)
             return ExitCode.CONFIG_ERROR
         for note in p.notes:
-            if note.startswith(("LoRA adapters", parallel_layout.NOTE, kernels.NOTE)):
+            if note.startswith(("LoRA adapters", parallel_layout.NOTE, kernels.NOTE, "group:")):
                 log.info("%s", note)
     try:
         code = custom_code.prepare(p.code_folder, p.settings.custom_script_filename, p.settings.cache_dir, p.env,

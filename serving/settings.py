@@ -180,6 +180,22 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("port", "HTTP port.", parse=parse_positive_int, default=8080, flag="--port",
             env=("SAGEMAKER_BIND_TO_PORT",)),
     Setting("host", "Address to listen on.", default="0.0.0.0", flag="--host"),
+    Setting("group_size", "Hosts serving one model together: a leader, which serves HTTP, and headless workers "
+            "(docs/multi-host.md). Unset or 1: this host alone.", parse=parse_positive_int, env=("LWS_GROUP_SIZE",),
+            example="2"),
+    Setting("group_rank", "This host's rank in its group: 0 the leader, 1 and up the workers.",
+            parse=parse_non_negative_int, env=("LWS_WORKER_INDEX",), example="1"),
+    Setting("group_leader_address", "The group leader's host name or IP address, as every host of the group reaches "
+            "it.", env=("LWS_LEADER_ADDRESS",), example="10.0.0.1"),
+    Setting("group_form", "How a group splits the model: tp (tensor parallel across the hosts) or dp_ep (data "
+            "parallel with expert parallelism). Unset: dp_ep for a Mixture-of-Experts checkpoint, tp otherwise.",
+            choices=("tp", "dp_ep"), instead="tp or dp_ep", example="tp",
+            why="vLLM's multi-host recipe for DeepSeek-V3 on two 8-GPU hosts is data parallel 16 with expert "
+                "parallelism; dense models split by tensor parallelism."),
+    Setting("group_port", "The group link's TCP port on the leader: each worker's launcher holds a connection to "
+            "it, and a host that leaves ends the group.", parse=parse_positive_int, default=29600),
+    Setting("group_join_timeout", "Seconds the leader waits for every worker to join the group link, and a worker "
+            "for the leader's link to answer, before the start fails.", parse=parse_positive_int, default=600),
     Setting("max_request_bytes", "Largest request body /invocations accepts (413 beyond it); SageMaker's real-time "
             "payload limit is 6 MiB.", parse=parse_positive_int, default=6 * 1024 * 1024,
             env=("SAGEMAKER_MAX_REQUEST_SIZE", "SERVING_MAX_REQUEST_BYTES"),
