@@ -51,9 +51,10 @@ def host(tmp_path, monkeypatch):
 
 
 def model(tmp_path, scheme: str | None, name: str = "m"):
-    """A model folder holding the config.json of the 235B EP8 shard's preset (serving.tiny_model) in FP8 scheme
+    """A model folder holding the config.json of the 235B EP8 shard's preset (bench.e2e.shards) in FP8 scheme
     `scheme` ("block", "tensor"), or bf16 (None)."""
-    from serving.tiny_model import _config, preset_spec
+    from bench.e2e.shards import preset_spec
+    from serving.tiny_model import _config
 
     folder = tmp_path / name
     folder.mkdir()
