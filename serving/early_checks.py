@@ -42,6 +42,7 @@ def check(entries: Mapping[str, resolve.Resolved], serve_args: list[str], parser
     ns = _parse(parser, serve_args)
     if ns is not None:
         _vllm_serve_checks(ns, by_flag)
+    _local_paths(by_flag)
     _parsers(by_flag)
     _chat_template(by_flag.get("--chat-template"))
     _speculative(by_flag.get("--speculative-config"))
@@ -76,6 +77,25 @@ def _vllm_serve_checks(ns: argparse.Namespace, by_flag: Mapping[str, resolve.Res
         if r is None:
             raise resolve.ConfigError("vLLM arguments", "the engine command", message) from None
         raise _error(r, message) from None
+
+
+# Flags whose value is a hub id or a path on this machine; vLLM reads a missing local one only once the engine is
+# built (tokenizer, generation config) or imports a missing plugin file with a logged error and goes on without it.
+LOCAL_PATH_FLAGS = {"--tokenizer": "folder", "--generation-config": "folder", "--tool-parser-plugin": "file",
+                    "--reasoning-parser-plugin": "file"}
+GENERATION_CONFIG_WORDS = ("auto", "vllm")
+
+
+def _local_paths(by_flag: Mapping[str, resolve.Resolved]) -> None:
+    for flag, kind in LOCAL_PATH_FLAGS.items():
+        r = by_flag.get(flag)
+        value = r.raw.strip() if r is not None else ""
+        if not value or value in GENERATION_CONFIG_WORDS and flag == "--generation-config":
+            continue
+        path = Path(value).expanduser()
+        local = value.startswith(LOCAL_PREFIXES) or kind == "file" and value.endswith(".py")
+        if local and not (path.is_dir() if kind == "folder" else path.is_file()):
+            raise _error(r, f"{kind} {value} does not exist")
 
 
 def _parsers(by_flag: Mapping[str, resolve.Resolved]) -> None:

@@ -56,8 +56,13 @@ def test_the_issues_example_exits_2_with_one_line():
      "methods", ("fp8", "awq")),
     ({"OPTION_ATTENTION_BACKEND": "nosuch"}, "attention_backend from env OPTION_ATTENTION_BACKEND: 'nosuch' is not one "
      "of vLLM's attention backends", ("FLASH_ATTN",)),
-], ids=["reasoning-parser", "tool-parser-without-auto-choice", "auto-choice-without-parser", "template-path", "template-folder",
-        "template-inline", "speculative-method", "lora-path", "quantization", "attention-backend"])
+    ({"OPTION_TOKENIZER": "/nonexistent/tokenizer"}, "tokenizer from env OPTION_TOKENIZER: folder "
+     "/nonexistent/tokenizer does not exist", ()),
+    ({"OPTION_TOOL_CALL_PARSER": "mine", "OPTION_TOOL_PARSER_PLUGIN": "./no_such_plugin.py"}, "tool_parser_plugin from "
+     "env OPTION_TOOL_PARSER_PLUGIN: file ./no_such_plugin.py does not exist", ()),
+], ids=["reasoning-parser", "tool-parser-without-auto-choice", "auto-choice-without-parser", "template-path",
+        "template-folder", "template-inline", "speculative-method", "lora-path", "quantization", "attention-backend",
+        "tokenizer-path", "plugin-path"])
 def test_a_late_checked_value_exits_2_naming_the_key(dry_run, env, starts, contains):
     rc, line, out = dry_run(env)
     assert rc == 2 and out == "" and line is not None
