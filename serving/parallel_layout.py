@@ -46,7 +46,7 @@ class Checkpoint:
     moe_n: int              # each expert's intermediate size (gate/up rows, down columns)
     block: tuple[int, int] | None  # weight_block_size of a block-FP8 checkpoint
     dense_mlps: tuple[tuple[str, int], ...] = ()  # tensor-parallel MLPs beside the experts: (name, intermediate size)
-    mla: tuple[int, int, int] | None = None       # DeepSeek's attention: (qk_nope_head_dim, qk_rope_head_dim, v_head_dim)
+    mla: tuple[int, int, int] | None = None  # DeepSeek's attention: qk_nope_head_dim, qk_rope_head_dim, v_head_dim
 
     @classmethod
     def from_config(cls, cfg: Mapping) -> "Checkpoint":

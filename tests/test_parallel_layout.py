@@ -1,5 +1,6 @@
-"""The parallel layout the launcher picks from a checkpoint's config.json and the GPU count (serving/parallel_layout.py),
-on the official checkpoints' own config.json files (tests/data/checkpoint_configs/, no weights) at 1-8 GPUs.
+"""The parallel layout the launcher picks from a checkpoint's config.json and the GPU count
+(serving/parallel_layout.py), on the official checkpoints' own config.json files (tests/data/checkpoint_configs/, no
+weights) at 1-8 GPUs.
 
 The machine runs the CPU build: the launcher decides as on the GPU build (the gpu_build fixture), with the GPUs that
 CUDA_VISIBLE_DEVICES lists. Each prediction of how vLLM holds the experts is checked against vLLM's own functions
@@ -27,7 +28,8 @@ EXPECTED = {
     (QWEN_235B, 1): (False, 1536), (QWEN_235B, 2): (False, 768), (QWEN_235B, 4): (False, 384),
     (QWEN_235B, 8): (True, 1536),
     (CODER, 1): (False, 2560), (CODER, 2): (False, 1280), (CODER, 4): (False, 640), (CODER, 8): (True, 2560),
-    (DEEPSEEK, 1): (False, 2048), (DEEPSEEK, 2): (False, 1024), (DEEPSEEK, 4): (False, 512), (DEEPSEEK, 8): (False, 256),
+    (DEEPSEEK, 1): (False, 2048), (DEEPSEEK, 2): (False, 1024), (DEEPSEEK, 4): (False, 512),
+    (DEEPSEEK, 8): (False, 256),
     (QWEN_30B, 1): (False, 768), (QWEN_30B, 2): (False, 384), (QWEN_30B, 4): (True, 768), (QWEN_30B, 8): (True, 768),
     (MIXTRAL, 1): (False, 14336), (MIXTRAL, 2): (False, 7168), (MIXTRAL, 4): (False, 3584), (MIXTRAL, 8): (False, 1792),
 }
