@@ -1,10 +1,12 @@
 """When an engine process dies under load, /ping stops saying healthy, every stream in flight
-ends (no client hangs), and the container exits non-zero within a stated bound.
+ends (no client hangs), and the engine starts again in place (engine_auto_recovery, serving/recovery.py) or, where
+that is spent or cannot apply, the container exits non-zero within a stated bound.
 
-Each test kills a server started by the launcher like the container does: at TP=1 the session's own server, after
-every other test that uses it; at TP=2 a server of its own; with two API server processes (the GPU build runs four)
-the session's api_servers_server, and with vLLM exec'd and two API server processes its adapter server, each after
-every other test that uses it.
+Each test kills a server started by the launcher like the container does: at TP=1 the session's own server (every
+default: the engine starts again in place), after every other test that uses it; at TP=2 a server of its own with no
+start left (engine_max_start_retries 0); with two API server processes (the GPU build runs four) the session's
+api_servers_server, and with vLLM exec'd and two API server processes its adapter server, each after every other test
+that uses it.
 """
 from __future__ import annotations
 
@@ -129,19 +131,61 @@ def _named(procs, *names):
     return found
 
 
+RECOVERY_BOUND_S = 300  # an engine start in place on 2 shared cores, compiled as the session's server runs
+
+
+def _generate(url: str) -> dict:
+    body = json.dumps({"inputs": "again", "parameters": {"max_new_tokens": 4}}).encode()
+    req = urllib.request.Request(url + "/invocations", data=body, headers={"content-type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        assert r.status == 200
+        return json.loads(r.read())
+
+
 @pytest.mark.ends_shared_server
-def test_engine_death_under_load_exits_nonzero_promptly(server):
-    srv = server  # every default, as the container starts; this test runs last of its users
+def test_engine_death_under_load_starts_the_engine_again_in_place(server):
+    """Every default, as the container starts (engine_auto_recovery on): SIGKILL the engine core mid-load; /ping
+    answers 503 promptly, every stream ends with its error record, then the same server process serves again with a
+    new engine core (this test runs last of the session server's users)."""
+    srv = server
     assert _ping(srv.url) == 200
-    log = _engine_process_killed(srv, "one API server")
-    assert "the engine process died" in log
-    assert _ping(srv.url) is None
+    streams = _streams(srv.url, STREAMS)
+    try:
+        assert all(s["first"].wait(120) for s in streams) and all(s["raw"] for s in streams), \
+            [s["error"] for s in streams]
+        victim = _named(psutil.Process(srv.proc.pid).children(recursive=True), "EngineCore")[0]
+        t0 = time.monotonic()
+        victim.kill()
+        pings = []  # (seconds after the kill, /ping status or None)
+        while time.monotonic() - t0 < RECOVERY_BOUND_S:
+            assert srv.proc.poll() is None, f"the server exited with {srv.proc.returncode}\n{srv.log()[-3000:]}"
+            pings.append((round(time.monotonic() - t0, 1), _ping(srv.url)))
+            if pings[-1][1] == 200 and any(status == 503 for _, status in pings):
+                break
+            time.sleep(0.2)
+        again_s = time.monotonic() - t0
+        for s in streams:
+            assert s["done"].wait(10), "a stream was still open after the engine started again"
+            _assert_ends_with_error_record(s)
+        first_503 = min((t for t, status in pings if status == 503), default=None)
+        assert first_503 is not None and first_503 < PING_BOUND_S, pings
+        assert pings[-1][1] == 200, f"not serving again {RECOVERY_BOUND_S} s after the kill: {pings[-5:]}"
+        assert None not in {status for _, status in pings}, f"the server stopped listening: {pings}"
+        assert _generate(srv.url)["generated_text"]
+        engines = _named(psutil.Process(srv.proc.pid).children(recursive=True), "EngineCore")
+        assert victim.pid not in {p.pid for p in engines}
+        log = srv.log()
+        assert "starting it again in place (start 1 of 3)" in log and "the engine serves again" in log, log[-3000:]
+        print(f"engine core killed: /ping 503 at {first_503} s, serving again in place after {again_s:.1f} s")
+    finally:
+        stop(srv.proc)
 
 
 @starts_early("tp2_server")
 def _tp2_server(tmp: Path, nice: int) -> Server:
     return spawn_server(tmp, {"OPTION_TENSOR_PARALLEL_DEGREE": "2", "VLLM_CPU_OMP_THREADS_BIND": "0|1",
-                              "OPTION_KV_CACHE_MEMORY_BYTES": "268435456", **EAGER}, nice=nice)
+                              "OPTION_KV_CACHE_MEMORY_BYTES": "268435456", "ENGINE_MAX_START_RETRIES": "0",
+                              **EAGER}, nice=nice)
 
 
 @pytest.fixture
@@ -150,9 +194,12 @@ def tp2_server(request) -> Server:
 
 
 def test_tp2_worker_rank_death_does_not_hang(tp2_server):
-    """Tensor parallel 2 on the CPU engine (one core per rank); SIGKILL rank 1's worker mid-load."""
+    """Tensor parallel 2 on the CPU engine (one core per rank), no engine start left (ENGINE_MAX_START_RETRIES=0,
+    the AWS vLLM image's name); SIGKILL rank 1's worker mid-load: the container exits with the engine's status."""
     assert "tensor_parallel_size=2" in tp2_server.log()
-    _engine_process_killed(tp2_server, "TP=2, rank 1", ("Worker_TP1", "TP1"), TP2_EXIT_BOUND_S, TP2_PING_BOUND_S)
+    log = _engine_process_killed(tp2_server, "TP=2, rank 1", ("Worker_TP1", "TP1"), TP2_EXIT_BOUND_S,
+                                 TP2_PING_BOUND_S)
+    assert "not starting it again: the engine was started again 0 time(s)" in log, log[-3000:]
 
 
 @pytest.mark.ends_shared_server

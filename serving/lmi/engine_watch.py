@@ -7,7 +7,8 @@ process exits with status 0 -- which reads as a clean stop, not a failure.
 We tell the two cases apart by who asked: a requested stop (SIGTERM/SIGINT) goes through
 AsyncLLM.shutdown() before the engine goes away; an engine crash marks the client errored
 without it. An errored engine with no shutdown requested ends the process at once with
-ExitCode.ENGINE_DIED (after vLLM's own clean-up of the engine processes has run).
+ExitCode.ENGINE_DIED (after vLLM's own clean-up of the engine processes has run) -- or, where engine auto-recovery
+is on and allows another start (serving/recovery.py), starts the engine again in place and keeps serving.
 
 With more than one API server process (api_server_count) only the launcher's process watches the engine core's
 processes: when one dies it ends the API server processes and exits 1, and the streams in flight are cut. So there
@@ -25,6 +26,7 @@ import sys
 import time
 
 from ..exit_codes import ExitCode
+from ..recovery import Recovery, start_again
 
 log = logging.getLogger("vllm.lmi")  # a child of vLLM's logger: same handlers and format
 
@@ -40,15 +42,22 @@ API_SERVERS_EXIT_S = 4.0
 
 
 class EngineWatch:
-    def __init__(self, engine_client) -> None:
-        self.client = engine_client
+    def __init__(self, engine_client, app_state=None) -> None:
+        self.client = engine_client  # the app's engine client: a new one after each recovery
+        self.first = engine_client  # the client vLLM's server was started with and keeps calling
+        self.state = app_state  # the app's state, where a recovery swaps a new engine client in (None: no recovery)
+        self.recovery = Recovery.from_env(os.environ)
         self.shutdown_requested = False
         self._task: asyncio.Task | None = None
         original = engine_client.shutdown
 
-        def shutdown(*args, **kwargs):  # vLLM calls this on SIGTERM/SIGINT and at normal exit
+        def shutdown(*args, **kwargs):  # vLLM calls this on SIGTERM/SIGINT and at normal exit, on its first client
             self.shutdown_requested = True
-            return original(*args, **kwargs)
+            try:
+                return original(*args, **kwargs)
+            finally:
+                if self.client is not engine_client:  # a recovery's client: vLLM does not know it
+                    self.client.shutdown(*args, **kwargs)
 
         engine_client.shutdown = shutdown
 
@@ -86,7 +95,37 @@ class EngineWatch:
             if self.engine_died():
                 await asyncio.sleep(SIGNAL_GRACE_S)
                 if self.engine_died():
-                    self.exit_now()
+                    await self._recover_or_exit()
+
+    async def _recover_or_exit(self) -> None:
+        """Start the engine again in place while engine_max_start_retries allows (serving/recovery.py), else exit."""
+        while True:
+            refusal = "no app state to swap a new engine into" if self.state is None else \
+                self.recovery.refusal(self.client)
+            if refusal is not None:
+                if self.recovery.enabled:
+                    log.error("the engine process died; not starting it again: %s", refusal)
+                self.exit_now()
+            self.recovery.starts += 1
+            log.error("the engine process died; starting it again in place (start %d of %d)",
+                      self.recovery.starts, self.recovery.max_start_retries)
+            t0 = time.monotonic()
+            try:
+                new = await start_again(self.state, self.client)
+            except Exception as e:  # noqa: BLE001 -- a failed start counts as one; the next or the exit follows
+                log.error("the engine did not start again: %s: %s", type(e).__name__, e)
+                continue
+            if self.shutdown_requested:  # a stop arrived while the engine started: it is not the app's to keep
+                new.shutdown()
+                return
+            self.client = new
+            self.first.do_log_stats = self._log_stats  # vLLM's periodic stats log calls the first client
+            log.warning("the engine serves again, %.1f s after it was found dead (%d start(s) left)",
+                        time.monotonic() - t0 + SIGNAL_GRACE_S, self.recovery.left)
+            return
+
+    async def _log_stats(self) -> None:
+        await self.client.do_log_stats()
 
     def exit_now(self) -> None:
         log.error("the engine process died; exiting with status %d so the platform replaces "

@@ -103,7 +103,7 @@ class LMIMiddleware:
                 client = getattr(scope["app"].state, "engine_client", None)
                 if client is not None:
                     self.drain.attach(client)  # before the watch, whose shutdown hook must run first
-                    self.watch = EngineWatch(client)
+                    self.watch = EngineWatch(client, scope["app"].state)
                     self.watch.start()
             await send(message)
         return wrapped
