@@ -247,3 +247,21 @@ def test_the_layouts_page_says_what_the_launcher_picks():
         cell = rows[name][[1, 2, 4, 8].index(n)].replace("**", "")
         assert cell.startswith(f"TP{n}") and ("EP" in cell) is ep, (name, n, cell)
         assert n == 1 or name == MIXTRAL or f"N {per_gpu}" in cell, (name, n, cell)
+
+
+def test_an_s3_model_is_laid_out_once_its_config_is_downloaded(moto_env, tmp_path, gpu_build, launcher_main):
+    """Before the download there is no config.json to read: the launcher plans again after it, and the start log
+    says the layout from the downloaded config (the real S3 API of a moto server on loopback)."""
+    import boto3
+
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket="layouts")
+    s3.upload_file(str(CONFIGS / QWEN_235B / "config.json"), "layouts", "qwen/config.json")
+    rc, out, err = launcher_main({"SERVING_MODEL_DIR": str(tmp_path / "none"), "OPTION_MODEL_ID": "s3://layouts/qwen/",
+                                  "SERVING_DOWNLOAD_DIR": str(tmp_path / "dl"), "CUDA_VISIBLE_DEVICES": gpus(8)},
+                                 ["--prepare-only"])
+    assert rc == 0, err[-3000:]
+    assert "layout: not checked: " in err and "is not downloaded yet" in err  # the first plan's line
+    after = err.split("download of s3://layouts/qwen/ complete")[1]
+    assert "layout: Qwen3MoeForCausalLM (block FP8 [128, 128], 128 experts, moe_intermediate_size 1536) on TP8: EP8 " \
+           "experts (16 of 128 per GPU" in after, err[-3000:]
