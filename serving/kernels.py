@@ -48,23 +48,6 @@ def fp8_format(config: Mapping | None) -> str | None:
     return BLOCK if q.get("weight_block_size") else TENSOR
 
 
-def checkpoint_config(kind: str, model_path: str) -> dict | None:
-    """The model's config.json as the launcher can read it before the engine starts: a local folder (an S3 model
-    once downloaded), or a hub id's config in the local Hugging Face cache; None where there is none yet."""
-    path: Path | None = Path(model_path) / "config.json"
-    if kind == "hub":
-        try:
-            from huggingface_hub import try_to_load_from_cache
-            cached = try_to_load_from_cache(model_path, "config.json")
-        except Exception:  # no cache, an id the hub library refuses: vLLM reports it when it loads
-            cached = None
-        path = Path(cached) if isinstance(cached, str) else None
-    try:
-        return json.loads(path.read_text()) if path is not None and path.is_file() else None
-    except (OSError, ValueError):
-        return None
-
-
 def _executable(p: Path | str | None) -> Path | None:
     return Path(p) if p and os.path.isfile(p) and os.access(p, os.X_OK) else None
 

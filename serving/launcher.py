@@ -275,12 +275,13 @@ def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
     kind, model_path, s3_url = _model(user)
     adapters = find_adapters(model_path) if kind != "hub" else {}
     # the FP8 kernels the figures were measured with, from the checkpoint's config.json (serving/kernels.py)
-    kernel_plan = kernels.plan(kernels.checkpoint_config(kind, model_path), user.entries, env, is_cpu_build(),
-                               bool(user.settings.fp8_moe_stock_order))
+    revision = user.entries.get("revision")
+    config, no_config = parallel_layout.read_config(kind, model_path, revision and str(revision.value), env)
+    kernel_plan = kernels.plan(config, user.entries, env, is_cpu_build(), bool(user.settings.fp8_moe_stock_order))
     defaults = context_defaults(kind, user, env, is_cpu_build(), adapters) + kernel_plan.defaults
     res = sources.resolve(ctx, defaults)
     # the parallel layout from the checkpoint's config.json: expert parallelism where TP splits its FP8 blocks
-    layout = parallel_layout.plan_layout(kind, model_path, res.entries, res.settings.moe_backend, env)
+    layout = parallel_layout.plan_layout(kind, config, no_config, res.entries, res.settings.moe_backend)
     if layout is not None and layout.default is not None:
         res = sources.resolve(ctx, [*defaults, layout.default])
     s = res.settings

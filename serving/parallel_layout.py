@@ -216,32 +216,41 @@ def hub_cache(env: Mapping[str, str]) -> Path:
     return Path(home).expanduser() / "hub"
 
 
-def find_config(kind: str, model_path: str, revision: str | None, env: Mapping[str, str]) -> tuple[Path | None, str]:
-    """The model's config.json where it is on this machine, else None and why not."""
+def read_config(kind: str, model_path: str, revision: str | None,
+                env: Mapping[str, str]) -> tuple[dict | None, str]:
+    """The model's config.json as the launcher can read it before the engine starts (a local folder, /opt/ml/model,
+    an s3:// model once downloaded, a hub id's config in the local Hugging Face cache), else None and why not. The
+    one reading of it: the kernels and the layout both decide from it."""
     if kind == "hub":
-        from huggingface_hub import try_to_load_from_cache
-        found = try_to_load_from_cache(model_path, "config.json", cache_dir=hub_cache(env), revision=revision)
-        if isinstance(found, str):
-            return Path(found), ""
-        return None, f"{model_path}'s config.json is not in the Hugging Face cache ({hub_cache(env)})"
-    path = Path(model_path) / "config.json"
-    if path.is_file():
-        return path, ""
-    return None, (f"{path} is not downloaded yet" if kind == "s3" else f"{path} does not exist")
+        try:
+            from huggingface_hub import try_to_load_from_cache
+            found = try_to_load_from_cache(model_path, "config.json", cache_dir=hub_cache(env), revision=revision)
+        except Exception:  # an id the hub library refuses: vLLM names it when it loads
+            found = None
+        if not isinstance(found, str):
+            return None, f"{model_path}'s config.json is not in the Hugging Face cache ({hub_cache(env)})"
+        path = Path(found)
+    else:
+        path = Path(model_path) / "config.json"
+        if not path.is_file():
+            return None, f"{path} is not downloaded yet" if kind == "s3" else f"{path} does not exist"
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        return None, f"{path} unreadable ({type(e).__name__}: {e})"
+    return (config, "") if isinstance(config, dict) else (None, f"{path} holds no JSON object")
 
 
-def plan_layout(kind: str, model_path: str, entries: Mapping[str, resolve.Resolved], moe_backend: str | None,
-                env: Mapping[str, str]) -> Decision | None:
-    """The layout decision for the model, or None for the embedded tiny model; raises ConfigError where vLLM would
-    refuse the layout the user set."""
+def plan_layout(kind: str, config: dict | None, no_config: str, entries: Mapping[str, resolve.Resolved],
+                moe_backend: str | None) -> Decision | None:
+    """The layout decision for the model's config (read_config's answer), or None for the embedded tiny model; raises
+    ConfigError where vLLM would refuse the layout the user set."""
     if kind == "embedded":
         return None
-    rev = entries.get("revision")
-    path, why = find_config(kind, model_path, str(rev.value) if rev is not None else None, env)
-    if path is None:
-        return Decision(None, f"{NOTE}: not checked: {why}; vLLM checks it while loading")
+    if config is None:
+        return Decision(None, f"{NOTE}: not checked: {no_config}; vLLM checks it while loading")
     try:
-        ck = Checkpoint.from_config(json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError, KeyError) as e:
-        return Decision(None, f"{NOTE}: not checked: {path} unreadable ({type(e).__name__}: {e})")
+        ck = Checkpoint.from_config(config)
+    except (ValueError, TypeError, KeyError) as e:
+        return Decision(None, f"{NOTE}: not checked: config.json lacks a field ({type(e).__name__}: {e})")
     return decide(ck, entries, moe_backend)
