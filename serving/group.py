@@ -20,7 +20,6 @@ and any other `tp`. The launchers of a group watch each other over the group lin
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -110,14 +109,14 @@ def from_settings(entries: Mapping, kind: str, model_path: str, env: Mapping[str
 
 def default_form(kind: str, model_path: str, entries: Mapping, env: Mapping[str, str]) -> tuple[str, str]:
     """(form, why) from the checkpoint's config.json: `dp_ep` for a Mixture-of-Experts model, `tp` otherwise."""
-    from .parallel_layout import Checkpoint, find_config
+    from .parallel_layout import Checkpoint, read_config
 
     rev = entries.get("revision")
-    path, why = find_config(kind, model_path, str(rev.value) if rev is not None else None, env)
+    config, why = read_config(kind, model_path, str(rev.value) if rev is not None else None, env)
     try:
-        experts = Checkpoint.from_config(json.loads(path.read_text())).experts if path is not None else None
-    except (OSError, ValueError, TypeError, KeyError) as e:
-        experts, why = None, f"{path} unreadable ({type(e).__name__})"
+        experts = Checkpoint.from_config(config).experts if config is not None else None
+    except (ValueError, TypeError, KeyError) as e:
+        experts, why = None, f"config.json lacks a field ({type(e).__name__})"
     if experts is None:
         return TP, f"default where config.json is not read ({why}): tensor parallel across the hosts"
     if experts > 1:
