@@ -9,6 +9,8 @@ request lands on whichever process the kernel hands its connection to, so a sess
 `share_process_sessions` (the middleware calls it in each process) gives the process's manager a registry read from
 the folder itself: a session exists while its folder does, whichever process made it. Only ids of the form mhcs
 makes (UUID strings) name a folder, so a client's session header can never name a path outside it.
+
+`check_session` makes, for an LMI body carrying the session header, the check vLLM's hooks make for OpenAI bodies.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from collections.abc import Iterator, MutableMapping
 # (mhcs makes the folder, then writes the expiry): it is left out of a sweep for expired sessions.
 IN_THE_MAKING_S = 60.0
 EXPIRY_FILE = ".expiration_ts"  # mhcs's name
+SESSION_HEADER = "X-Amzn-SageMaker-Session-Id"
 
 
 def session_id_of(name: object) -> str | None:
@@ -98,3 +101,22 @@ def share_sessions(manager) -> bool:
     if not isinstance(manager.sessions, SessionFolder):
         manager.sessions = SessionFolder(manager.sessions_path)
     return True
+
+
+def check_session(raw_request) -> None:
+    """An LMI body with SageMaker's session header: the same check vLLM's SageMaker hooks make for
+    OpenAI bodies (sessions on, and the session known and not expired); LMIError naming the header if not."""
+    if SESSION_HEADER not in raw_request.headers:
+        return
+    from fastapi.exceptions import HTTPException
+    from model_hosting_container_standards.sagemaker.sessions.manager import get_session_manager
+    from model_hosting_container_standards.sagemaker.sessions.utils import get_session
+
+    from .errors import LMIError
+
+    try:
+        get_session(get_session_manager(), raw_request)
+    except HTTPException as e:
+        raise LMIError(f"{SESSION_HEADER}: {e.detail}", SESSION_HEADER) from None
+    except ValueError as e:
+        raise LMIError(f"{SESSION_HEADER}: {e}", SESSION_HEADER) from None

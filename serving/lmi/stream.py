@@ -20,8 +20,8 @@ back (stop strings, partial UTF-8). A stream that fails after it started ends wi
 complete record naming the error: `{"index": i, "error": "...", "code": 500}`.
 
 Why not translate vLLM's own SSE stream: vLLM builds a pydantic chunk per token and dumps it
-to JSON (9 us/token here), and parsing that back costs another 6 us/token; this module
-formats a record from the RequestOutput in 0.3 us. The request still goes through the
+to JSON, and parsing that back costs as much again; this module formats each record straight
+from the RequestOutput, a small fraction of either. The request still goes through the
 completion handler's own preparation -- model check, prompt rendering and length limits,
 sampling defaults, request logging -- the same steps in the same order as
 OpenAIServingCompletion._create_completion in vLLM 0.32 (pinned; the tests cover it).
@@ -138,8 +138,7 @@ async def jsonlines(req: LMIRequest, opened: Opened, tgi: bool = False,
     try:
         # Run the engine's generators to their natural end after the final output: closing one
         # early (return/break) makes vLLM treat the request as abandoned and send the engine an
-        # abort for it -- one extra engine message per request, measured as +40% engine CPU per
-        # request in bench/lmi_vs_openai.py.
+        # abort for it: one extra engine message per request, which costs engine CPU.
         async for index, res in merged:
             seq = seqs[index]
             if seq.finished:

@@ -6,11 +6,14 @@ rendering, limits and sampling follow exactly the same code as /v1/completions.
 """
 from __future__ import annotations
 
+import logging
 import re
 from typing import Any
 
 from .errors import LMIError
 from .schema import LMI_DEFAULT_MAX_NEW_TOKENS, LMIRequest, stop_strings
+
+log = logging.getLogger("vllm.lmi")
 
 # vLLM's names -> the LMI field the client sent, for error messages.
 _FIELD_FOR_PARAM = {
@@ -78,9 +81,8 @@ def to_completion(req: LMIRequest, max_model_len: int, adapter: str | None = Non
     if p.ignore_eos_token:
         body["ignore_eos"] = True
     # Non-streamed answers carry logprobs only with details=true: vLLM turns every logprob into a
-    # Python object with a decoded token in the API server (an OpenAI body asking for them measured
-    # +35% to +106% API-server CPU per streamed token, bench/RESULTS.md). Streams always carry the
-    # chosen token's (0) because LMI's do, and pay that cost.
+    # Python object with a decoded token in the API server, which costs API-server CPU per token.
+    # Streams always carry the chosen token's (0) because LMI's do, and pay that cost.
     if p.details or p.decoder_input_details:
         body["return_token_ids"] = True
     if p.details or req.stream:
@@ -160,3 +162,44 @@ def vllm_error(message: str, param: str | None, status: int) -> LMIError:
         message += " (shorten the input, or set parameters.truncate)"
     # LMI answers every rejected request with 424; keep 5xx for the server's own failures.
     return LMIError(f"{field}: {message}" if field else message, field, 424 if status < 500 else status)
+
+
+def completion_request(req: LMIRequest, handler, adapter: str | None):
+    """An LMI request as vLLM's CompletionRequest for `handler`; vLLM's own checks on the translated values
+    fail as vLLM's error."""
+    from vllm.entrypoints.openai.completion.protocol import CompletionRequest
+
+    fields = to_completion(req, handler.model_config.max_model_len, adapter)
+    try:
+        return CompletionRequest.model_validate(fields)
+    except Exception as e:
+        raise vllm_error(first_line(e), getattr(e, "parameter", None), 400) from None
+
+
+def from_exception(e: Exception) -> LMIError:
+    """Classify an exception the way vLLM's own exception handler does, in LMI's shape."""
+    from vllm.entrypoints.serve.exception_handling.error_response import create_error_response
+
+    info = create_error_response(e).error
+    if info.code >= 500:
+        log.error("LMI request failed: %s", type(e).__name__, exc_info=True)
+        return LMIError(f"internal error ({type(e).__name__})", None, info.code)
+    return vllm_error(info.message, info.param, info.code)
+
+
+def first_line(e: Exception) -> str:
+    """A validation error's first complaint (`field.path: message`), or an exception's first line."""
+    import pydantic
+    if isinstance(e, pydantic.ValidationError):
+        err = e.errors(include_url=False)[0]
+        return f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}"
+    return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
+def first_field(e: Exception) -> str | None:
+    """The top-level field a validation error names first, if any."""
+    import pydantic
+    if isinstance(e, pydantic.ValidationError):
+        loc = e.errors(include_url=False)[0]["loc"]
+        return str(loc[0]) if loc else None
+    return None
