@@ -17,9 +17,8 @@ PROFILE_CLASSES = (("moe_w13", "MoE w13"), ("moe_w2", "MoE w2"), ("attention", "
 
 
 def prefix_cache_cell(server: dict) -> str:
-    """A server's prefix-cache hits as e2e.md shows them: '-' where the run did not ask (runs up to 13), 'not
-    counted' where the server exports no counter (SGLang); then, where the run counted them again after its
-    cross-check (from run 29), those."""
+    """A server's prefix-cache hits as e2e.md shows them: '-' where the run did not record them, 'not counted' where
+    the server exports no counter (SGLang); then, where the run counted them again after its cross-check, those."""
     if "prefix_cache_tokens" not in server:
         return "-"
     cells = []
