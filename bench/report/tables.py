@@ -108,9 +108,9 @@ def layout_sections(runs: list[Run]) -> tuple[list[str], set[str]]:
             if not rows:
                 continue
             cited_all |= {r.folder for r in cited}
-            arms = "; ".join(f"arm `{r.image_arm}` in `{r.folder}`" for r in cited if r.image_arm != "image")
-            out += [f"Against {label}" + (f" (the image as it ships: {arms})" if arms else "") + ":", "",
-                    *rows, "", "Reproduce:", ""]
-            out += [f"- `{r.folder}` ({r.date}, one {r.gpu}): `{r.command}`" for r in cited]
+            out += [f"Against {label}:", "", *rows, "", "Reproduce:", ""]
+            out += [f"- `{r.folder}` ({r.date}, one {r.gpu}): `{r.command}`"
+                    + (f" (the image as it ships: arm `{r.image_arm}`)" if r.image_arm != "image" else "")
+                    for r in cited]
             out.append("")
     return out, cited_all
