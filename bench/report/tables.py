@@ -98,6 +98,25 @@ def peer_table(runs: list[Run], lay: Layout, peer: str) -> tuple[list[str], list
     return (rows if cells else []), cited
 
 
+def start_table(runs: list[Run], lay: Layout) -> list[str]:
+    """Cold start and first request of the image and each peer, from the newest run of each peer and GPU that the
+    layout's tokens/s tables cite: seconds from start to ready, the first request's time to first token."""
+    rows = []
+    for peer, label in PEERS:
+        newest_on: dict[str, Run] = {}
+        for (gpu, _), cell in latest(runs, lay.model, peer).items():
+            if gpu not in newest_on or cell.run.order > newest_on[gpu].order:
+                newest_on[gpu] = cell.run
+        for gpu, run in sorted(newest_on.items(), key=lambda kv: GPUS.index(kv[0])):
+            image, other = (run.results["servers"].get(f"{lay.model}.{arm}", {}) for arm in (run.image_arm, peer))
+            alone = "one at a time" if run.results.get("args", {}).get("start_alone") == "True" else "together"
+            rows.append(f"| {label} | {gpu} | {image.get('ready_s', '-')} / {other.get('ready_s', '-')} | "
+                        f"{image.get('first_ttft_ms', '-')} / {other.get('first_ttft_ms', '-')} | {alone} | "
+                        f"[{run.folder}](../bench/data/{run.folder}/) |")
+    return ["Cold start:", "", "| against | GPU | ready after (s): image / other | first request TTFT (ms): image / "
+            "other | servers started | data |", "|---|---|---|---|---|---|", *rows, ""] if rows else []
+
+
 def layout_sections(runs: list[Run]) -> tuple[list[str], set[str]]:
     """A section per layout: a table per peer, then the command of each run it cites; and the folders cited."""
     out, cited_all = [], set()
@@ -113,4 +132,5 @@ def layout_sections(runs: list[Run]) -> tuple[list[str], set[str]]:
                     + (f" (the image as it ships: arm `{r.image_arm}`)" if r.image_arm != "image" else "")
                     for r in cited]
             out.append("")
+        out += start_table(runs, lay)
     return out, cited_all
