@@ -12,7 +12,7 @@ from serving.paths import CONFIGS_DIR
 from serving.vllm_patches.moe_configs import config_file_name
 
 H100 = "NVIDIA_H100_80GB_HBM3"
-# The 235B EP8 rank's shape (bench/RESULTS-archive.md, run 34 and kernel probe 34b)
+# The 235B EP8 rank's shape (docs/performance.md)
 SHAPE = (16, 1536, [128, 128])
 
 
