@@ -86,6 +86,19 @@ def test_openai_bodies_name_the_adapter_in_the_body(client, kind):
     assert openai_token_ids(client, kind, adapters=None) == base
 
 
+def test_a_routed_body_is_served_by_the_adapter_it_names(client):
+    """route= (SageMaker's custom attributes) sends the body to vLLM's own route, which reads the adapter from
+    `model` only: the adapter the request names in the header or in `adapters` is put there."""
+    from conftest import PLANTED_SECRETS
+
+    by_header = openai_token_ids(client, "completion", {ADAPTER_HEADER: ADAPTER})
+    route = {"X-Amzn-SageMaker-Custom-Attributes": "route=/v1/completions",
+             "Authorization": "Bearer " + PLANTED_SECRETS["OPTION_API_KEY"]}  # vLLM guards /v1 with the key
+    assert openai_token_ids(client, "completion", {**route, ADAPTER_HEADER: ADAPTER}) == by_header
+    assert openai_token_ids(client, "completion", route, adapters=ADAPTER) == by_header
+    assert openai_token_ids(client, "completion", route) != by_header
+
+
 @pytest.mark.parametrize("fields,headers,error", [
     ({"adapters": "no-such-adapter"}, None, "adapters: no LoRA adapter named 'no-such-adapter'; served: " + ", ".join(ADAPTERS)),
     ({"adapters": ADAPTER}, {ADAPTER_HEADER: "other"}, "adapters: the request names different LoRA adapters"),
@@ -96,6 +109,14 @@ def test_openai_body_with_a_bad_adapters_field_gets_424(client, fields, headers,
     r = client.post("/invocations", json={"prompt": PROMPT, "max_tokens": 2, **fields}, headers=headers or {})
     assert r.status_code == 424, r.text
     assert r.json()["field"] == "adapters" and r.json()["error"].startswith(error)
+
+
+def test_an_unknown_adapter_in_the_header_gets_424_naming_the_header(client):
+    """The header is held to the rule every place a request names its adapter in is held to."""
+    for body in ({"prompt": PROMPT, "max_tokens": 2}, {"inputs": PROMPT}):
+        r = client.post("/invocations", json=body, headers={ADAPTER_HEADER: "no-such-adapter"})
+        assert r.status_code == 424 and r.json()["field"] == ADAPTER_HEADER, r.text
+        assert r.json()["error"].startswith(f"{ADAPTER_HEADER}: no LoRA adapter named 'no-such-adapter'; served: ")
 
 
 @pytest.mark.parametrize("body,headers,field", [

@@ -13,6 +13,8 @@ It sits in front of vLLM's own app and only touches `POST /invocations` (and the
   handed to vLLM's SageMaker hooks in their adapter header;
 - a SageMaker session request (`requestType`) goes to vLLM's hooks, and their answer gets a JSON body;
 - a JSON body of none of these kinds gets LMI's 424 naming the kinds;
+- `X-Amzn-SageMaker-Custom-Attributes: route=<path>` sends a body that is not an LMI body to that vLLM
+  route as sent (custom_attributes.py);
 - the user's code (formatters.py): LMI's @input_formatter of model.py rewrites each body first, and
   with an @output_formatter the request is served in-process and the formatter makes the body; a
   custom invocation handler registered through mhcs gets every body as sent instead;
@@ -32,7 +34,7 @@ import os
 import re
 
 from ..settings import TABLE, engine_value
-from . import adapters, formatters, schema, sessions, stream, translate
+from . import adapters, custom_attributes, formatters, schema, sessions, stream, translate
 from .asgi_wrappers import (ClientGone, discard, replay, session_answer_as_json, sse_to_jsonlines,
                             unless_disconnected, with_header)
 from .client_timeouts import BodyTimeout, body_timeout_body, guard_request_heads, receive_within
@@ -160,7 +162,15 @@ class LMIMiddleware:
         body = await self._body(scope, receive, send)
         if body is None:
             return
+        try:
+            route = custom_attributes.requested_route(scope)
+        except LMIError as e:
+            await send_error(send, e)
+            return
         doc, bad = _decode(body)
+        if route is not None and schema.body_kind(doc) != "lmi":
+            await self._routed(scope, receive, send, route, body, doc)
+            return
         if bad is not None:
             await send_error(send, bad)
             return
@@ -229,6 +239,25 @@ class LMIMiddleware:
         if self.openai_jsonlines and isinstance(doc, dict) and doc.get("stream") is True:
             send = sse_to_jsonlines(send)
         await self.app(scope, replay(body, receive), send)
+
+    async def _routed(self, scope, receive, send, route: str, body: bytes, doc) -> None:
+        """The body on to the vLLM route its custom attributes name, with the adapter it names in `model`."""
+        try:
+            custom_attributes.check_served(scope, route)
+            adapter = adapters.requested_adapter(scope, doc)
+        except LMIError as e:
+            await send_error(send, e)
+            return
+        if isinstance(doc, dict):
+            if (too_big := _int_beyond_64_bits(doc)) is not None:
+                await _send_int_error(send, doc, too_big)
+                return
+            if "adapters" in doc or (adapter and doc.get("model") != adapter):
+                doc.pop("adapters", None)
+                if adapter:
+                    doc["model"] = adapter
+                body, scope = _reencoded(scope, doc)
+        await self._forward({**scope, "path": route, "raw_path": route.encode()}, receive, send, body, doc)
 
     async def _serve_session(self, scope, receive, send, body: bytes, doc: dict, fmt) -> None:
         await self._forward(scope, receive, session_answer_as_json(send), body, doc)
