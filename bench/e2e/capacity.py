@@ -1,5 +1,6 @@
 """What the bench's host can hold, checked before anything is made or started: the checkpoints on the disk under
---models-dir, and each model's servers, started together, in the GPU's memory. A run that cannot fit is refused with
+--models-dir, and each model's servers, started together, in the GPU's memory (with --kv-pool sized, each server's
+--gpu-mem share of it, the shares one after another). A run that cannot fit is refused with
 the most layers that would, not minutes into a device lease."""
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ DISK_MARGIN = 2 << 30
 # (run 21: FlashInfer's autotune asked for 12 GiB on the Coder EP8 shard), which this does not count: passing this
 # check is necessary, not sufficient.
 SERVER_GPU_RESERVE = 9 << 29  # 4.5 GiB
+# The largest --mem-fraction-static the sized SGLang arm is started with: above it its CUDA graphs and activations
+# have under 1% of the free memory left.
+SGLANG_MAX_FRACTION = 0.99
 
 
 def layers_that_fit(spec: TinySpec, room: int) -> int:
@@ -62,10 +66,65 @@ def disk_shortfall(cfg: Config, models: dict[str, Model]) -> list[str]:
     return problems
 
 
-def gpu_shortfall(cfg: Config, models: dict[str, Model], free: int) -> list[str]:
+def kv_bytes_per_token(spec: TinySpec) -> int:
+    """Bytes of KV cache one token takes in spec's checkpoint, bf16 as both engines keep it (servers.
+    kv_bytes_per_token reads the same from a made checkpoint's config.json)."""
+    if spec.arch == "deepseek_v3":
+        return spec.layers * (spec.kv_lora_rank + spec.rope_head_dim) * 2
+    return 2 * spec.layers * spec.kv_heads * spec.head_dim * 2
+
+
+def sized_shortfall(cfg: Config, models: dict[str, Model], free: int, total: int) -> list[str]:
+    """With --kv-pool sized, each server takes --gpu-mem of the GPU's `total` bytes, its weights, SERVER_GPU_RESERVE
+    and its pool within that share; the arms start one at a time, each engine checking at its start that its share
+    is free, so all their shares together must fit `free`. A share too small for the weights, the reserve and one
+    request of the full context (vLLM's start refuses a pool that holds none) is refused with the layers that fit."""
+    problems, share = [], int(cfg.gpu_mem * total)
+    for name, m in models.items():
+        arms = cfg.started_arms(m)
+        if arms and len(arms) * share > free:
+            problems.append(
+                f"{name}: its {len(arms)} servers ({', '.join(arms)}) take --gpu-mem {cfg.gpu_mem} of the GPU's "
+                f"{total / 2**30:.1f} GiB each ({share / 2**30:.1f} GiB, started one at a time, each engine sizing its "
+                f"KV pool in its share): {len(arms) * share / 2**30:.1f} GiB, over the {free / 2**30:.1f} GiB free. "
+                f"Give --gpu-mem {free / total / len(arms):.2f} or less, or name fewer --arms")
+        weights, context = checkpoint_bytes(m.spec), cfg.max_model_len * kv_bytes_per_token(m.spec)
+        if weights + SERVER_GPU_RESERVE + context <= share:
+            continue
+        first, at_first, layer = layer_bytes(m.spec)
+        per_layer = context // m.layers
+        room = share - SERVER_GPU_RESERVE - at_first - first * per_layer
+        fit = room // (layer + per_layer) + first if room >= 0 else 0
+        problems.append(
+            f"{name} at {m.layers} layers: --gpu-mem {cfg.gpu_mem} gives each server {share / 2**30:.1f} GiB, less "
+            f"than its {weights / 2**30:.1f} GiB of weights, {SERVER_GPU_RESERVE / 2**30:.1f} GiB for its CUDA "
+            f"context, graphs and activations, and one request of its {cfg.max_model_len}-token context "
+            f"({context / 2**30:.1f} GiB of KV). At most {fit} of its layers fit (--layers {name}={fit}), or give "
+            "a larger --gpu-mem")
+    return problems
+
+
+def sglang_sized_args(cfg: Config, read: Callable[[], tuple[int, int] | None] | None = None) -> list[str]:
+    """SGLang's memory setting for --kv-pool sized: its --mem-fraction-static is a share of the memory free at its
+    start, which it fills with its weights and its KV pool (its CUDA graphs and activations take what is left), so
+    the fraction that makes that --gpu-mem of the GPU's total memory is --gpu-mem x total / free, read just before
+    it starts (where no GPU answers, --gpu-mem itself). A fraction above SGLANG_MAX_FRACTION leaves its graphs no
+    room: ValueError, the arm not started."""
+    memory = (read or gpu_memory)()
+    fraction = cfg.gpu_mem if memory is None else cfg.gpu_mem * sum(memory) / memory[0]
+    if fraction > SGLANG_MAX_FRACTION:
+        raise ValueError(f"sglang: --gpu-mem {cfg.gpu_mem} of the GPU is {fraction:.2f} of the memory free at its "
+                         f"start, over {SGLANG_MAX_FRACTION}: the arms started before it hold the rest")
+    return ["--mem-fraction-static", f"{fraction:.4f}"]
+
+
+def gpu_shortfall(cfg: Config, models: dict[str, Model], free: int, total: int | None = None) -> list[str]:
     """Each model whose servers (the arms the run starts together, Config.started_arms) do not fit `free` bytes of
     GPU memory: each holds the model's weights, the KV budget (--kv-bytes) and SERVER_GPU_RESERVE. With the most
-    layers that would fit as many servers."""
+    layers that would fit as many servers. With --kv-pool sized, sized_shortfall's rule on the GPU's `total`
+    memory (free where not given)."""
+    if cfg.kv_pool == "sized":
+        return sized_shortfall(cfg, models, free, total or free)
     problems = []
     per_server = cfg.kv_bytes + SERVER_GPU_RESERVE
     for name, m in models.items():
@@ -112,8 +171,8 @@ def gpu_problems(cfg: Config, models: dict[str, Model], settle_s: float = 120.0,
     read again every poll_s for up to settle_s: what a process that just ended held (the smoke test's server, a
     kernel probe of the same device session) comes back within seconds, and is no reason to refuse the run."""
     deadline = time.monotonic() + settle_s
-    while (memory := read()) is not None and (problems := gpu_shortfall(cfg, models, memory[0])):
-        if gpu_shortfall(cfg, models, sum(memory)) or time.monotonic() >= deadline:
+    while (memory := read()) is not None and (problems := gpu_shortfall(cfg, models, memory[0], sum(memory))):
+        if gpu_shortfall(cfg, models, sum(memory), sum(memory)) or time.monotonic() >= deadline:
             return problems
         log(f"{memory[0] / 2**30:.1f} GiB free on the GPU and {memory[1] / 2**30:.1f} GiB in use, too little for the "
             f"run's servers: read again in {poll_s:.0f} s (for up to {settle_s:.0f} s)")

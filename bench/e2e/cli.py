@@ -5,16 +5,16 @@ import argparse
 import os
 import signal
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from . import __doc__ as DESCRIPTION
 from .capacity import disk_shortfall, gpu_problems
-from .config import PEER_RUNTIMES, Config
+from .config import CONTEXT_SPARE, DEPLOYMENT_MODEL_LEN, KV_POOLS, PEER_RUNTIMES, Config
 from .models import (ARMS, CANDIDATES_ARM, CPU_CHECK, DEFAULT_LAYERS, MODELS, PEER_ARMS, Model, chosen_models,
                      make_model, parse_layers, with_layers)
-from .report import summarize
-from .run import log, run
-from .workload import LATENCY_CONCURRENCY, THROUGHPUT_CONCURRENCY
+from .run import log, run, summary
+from .workload import LATENCY_CONCURRENCY, THROUGHPUT_CONCURRENCY, WORKLOADS
 
 
 def parser() -> argparse.ArgumentParser:
@@ -51,6 +51,20 @@ def parser() -> argparse.ArgumentParser:
                    help="each server's KV cache (default 1.5 GiB; the log and e2e.md name each measured concurrency "
                         "above the requests it holds at once: 130 of 256 tokens on the 235B EP8 shard at 94 layers, "
                         "42 on the Coder EP8 shard at 36)")
+    p.add_argument("--kv-pool", choices=KV_POOLS, default=d("kv_pool"),
+                   help="fixed: every arm's KV pool is --kv-bytes; sized: each engine sizes its own from --gpu-mem "
+                        "and the context length (vLLM's memory profile, SGLang's --mem-fraction-static), as a "
+                        "deployment's is, the arms started one at a time (--start-alone); every arm's KV tokens are "
+                        "recorded either way")
+    p.add_argument("--max-model-len", dest="model_len", type=int, default=d("model_len"), metavar="N",
+                   help="every arm's context length (default: the longest request of --workload and "
+                        f"{CONTEXT_SPARE} to spare; with --kv-pool sized at least {DEPLOYMENT_MODEL_LEN}, a "
+                        "deployment's). A shard is made with as many positions where its preset has fewer")
+    p.add_argument("--workload", dest="workloads", nargs="+", default=list(d("workloads")), choices=WORKLOADS,
+                   help="the workload shapes measured, in this order (default: default): default (--in-tokens and "
+                        "--out-tokens), long (prompts of 2-4k tokens), mixed (prompts and outputs drawn around a "
+                        "mean, seeded), decode-heavy (128-token prompts, 1,024 output tokens), burst (128 streamed "
+                        "requests at once); each result in e2e.json names its shape")
     p.add_argument("--ready-timeout", type=float, default=d("ready_timeout"))
     p.add_argument("--start-alone", action="store_true",
                    help="start a model's arms one at a time, each ready (or failed) before the next starts, so that "
@@ -113,13 +127,38 @@ def arms_no_model_has(cfg: Config, chosen: list[Model]) -> list[str]:
 
 
 def contexts_too_long(cfg: Config, chosen: list[Model]) -> list[str]:
-    """A model whose checkpoint has fewer positions than the run's context length (--in-tokens, --out-tokens and 64
-    to spare) would make every server of it exit at its start: it is refused before anything starts."""
+    """A context shorter than the longest request of --workload would refuse that request, and a model whose
+    checkpoint has fewer positions than the run's context length (Config.max_model_len) would make every server of
+    it exit at its start: both are refused before anything starts. (A shard is made with the positions of a context
+    the run names: with_positions.)"""
+    problems = []
+    if cfg.max_model_len < cfg.longest_request:
+        problems.append(f"--max-model-len {cfg.max_model_len}: the workloads ({', '.join(cfg.workloads)}) send "
+                        f"requests of up to {cfg.longest_request} tokens")
     beside_prompt = cfg.max_model_len - cfg.in_tokens  # the output and what Config.max_model_len keeps to spare
-    return [f"--in-tokens {cfg.in_tokens} and --out-tokens {cfg.out_tokens} need a context of {cfg.max_model_len} "
-            f"tokens ({beside_prompt - cfg.out_tokens} to spare); {m.name} has {m.spec.max_position} positions: give "
-            f"--in-tokens {m.spec.max_position - beside_prompt} or less"
-            for m in chosen if m.spec.max_position < cfg.max_model_len]
+    for m in chosen:
+        if m.spec.max_position >= cfg.max_model_len:
+            continue
+        if cfg.workloads == ("default",) and not cfg.model_len:
+            problems.append(
+                f"--in-tokens {cfg.in_tokens} and --out-tokens {cfg.out_tokens} need a context of "
+                f"{cfg.max_model_len} tokens ({beside_prompt - cfg.out_tokens} to spare); {m.name} has "
+                f"{m.spec.max_position} positions: give --in-tokens {m.spec.max_position - beside_prompt} or less")
+        else:
+            problems.append(f"the context of {cfg.max_model_len} tokens (--workload {' '.join(cfg.workloads)}"
+                            + (f", --max-model-len {cfg.model_len}" if cfg.model_len else "")
+                            + f") is longer than {m.name}'s {m.spec.max_position} positions")
+    return problems
+
+
+def with_positions(m: Model, cfg: Config) -> Model:
+    """A shard with the positions (its checkpoint's max_position_embeddings; its weights do not depend on them) of a
+    context the run names longer than its preset's: --max-model-len, or --kv-pool sized's deployment context. The
+    embedded model's are fixed; a context from the workloads alone stays within the preset's (contexts_too_long)."""
+    named = cfg.model_len or cfg.kv_pool == "sized"
+    if not m.preset or not named or m.spec.max_position >= cfg.max_model_len:
+        return m
+    return replace(m, positions=cfg.max_model_len)
 
 
 def run_problems(cfg: Config, chosen: list[Model]) -> list[str]:
@@ -137,7 +176,7 @@ def models_at_depth(cfg: Config) -> dict[str, Model]:
         if not m.preset and depth[m.name] != DEFAULT_LAYERS:
             raise ValueError(f"--layers: {m.name} is the embedded model, its depth is fixed; give the others' as "
                              "MODEL=N")
-    return {m.name: with_layers(m, depth[m.name]) for m in chosen}
+    return {m.name: with_positions(with_layers(m, depth[m.name]), cfg) for m in chosen}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -168,5 +207,5 @@ def main(argv: list[str] | None = None) -> int:
     # its own, are stopped too: without it an engine core outlives the bench and keeps the GPU's memory.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     results = run(cfg, list(models.values()))
-    print(summarize(results))
+    print(summary(results))
     return 0

@@ -8,6 +8,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .models import DEFAULT_ARMS, DEFAULT_LAYERS, MODELS, Model
+from .workload import Shape, shapes
+
+# The KV pool modes: "fixed", every arm's pool the same --kv-bytes (vLLM's --kv-cache-memory-bytes, SGLang's token
+# cap); "sized", each arm's pool sized by its engine from --gpu-mem and the context length, as a deployment's is.
+KV_POOLS = ("fixed", "sized")
+# A deployment's context length, the sized pools' --max-model-len unless given (a longer workload's sets it longer)
+DEPLOYMENT_MODEL_LEN = 16384
+# What Config.max_model_len keeps beyond the longest request of the run's workloads
+CONTEXT_SPARE = 64
 
 
 # Each peer arm's runtime: the Config field (and command-line option) naming its Python, and what that Python is.
@@ -40,6 +49,9 @@ class Config:
     out_tokens: int = 128
     gpu_mem: float = 0.08
     kv_bytes: int = 3 << 29
+    kv_pool: str = "fixed"  # KV_POOLS; "sized" starts the arms alone (from_args)
+    model_len: int | None = None  # --max-model-len; None: Config.max_model_len's rule
+    workloads: tuple[str, ...] = ("default",)  # workload.shapes' names, measured in this order
     ready_timeout: float = 900
     start_alone: bool = False  # the arms start one at a time, each ready before the next (run.Run.start)
     profile: bool = False
@@ -53,21 +65,40 @@ class Config:
 
     @classmethod
     def from_args(cls, ns: argparse.Namespace) -> "Config":
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in vars(ns).items()})
+        fields = {k: tuple(v) if isinstance(v, list) else v for k, v in vars(ns).items()}
+        if fields.get("kv_pool") == "sized":  # each engine sizes its pool without the others' start in the way
+            fields["start_alone"] = True
+        return cls(**fields)
 
     @staticmethod
     def default(name: str) -> object:
         return Config.__dataclass_fields__[name].default
 
     def record(self) -> dict[str, str]:
-        """The settings as e2e.json's "args" holds them: each as text, a list as Python writes one."""
-        return {f.name: str(list(v) if isinstance(v := getattr(self, f.name), tuple) else v)
-                for f in dataclasses.fields(self)}
+        """The settings as e2e.json's "args" holds them: each as text, a list as Python writes one; then the context
+        length every arm was given (max_model_len)."""
+        return {**{f.name: str(list(v) if isinstance(v := getattr(self, f.name), tuple) else v)
+                   for f in dataclasses.fields(self)}, "max_model_len": str(self.max_model_len)}
+
+    @property
+    def shapes(self) -> list[Shape]:
+        """The workload shapes of --workload, in its order."""
+        every = shapes(self.in_tokens, self.out_tokens)
+        return [every[name] for name in dict.fromkeys(self.workloads)]
+
+    @property
+    def longest_request(self) -> int:
+        """The longest sequence a request of the run's workloads has (prompt and output)."""
+        return max(s.longest for s in self.shapes)
 
     @property
     def max_model_len(self) -> int:
-        """The longest sequence a request may have, every arm's context length: prompt, output and 64 to spare."""
-        return self.in_tokens + self.out_tokens + 64
+        """Every arm's context length: --max-model-len where given; else the longest request of the run's workloads
+        and CONTEXT_SPARE tokens, with sized pools at least a deployment's DEPLOYMENT_MODEL_LEN."""
+        if self.model_len:
+            return self.model_len
+        need = self.longest_request + CONTEXT_SPARE
+        return max(need, DEPLOYMENT_MODEL_LEN) if self.kv_pool == "sized" else need
 
     def started_arms(self, model: Model) -> list[str]:
         """The arms of `model` this run starts, together: those --arms names, or every arm of the embedded model."""

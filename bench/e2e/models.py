@@ -25,6 +25,7 @@ class Model:
     arms: tuple[str, ...] = ("stock", "image")
     engine_args: tuple[tuple[str, str], ...] = ()
     layers: int = DEFAULT_LAYERS
+    positions: int | None = None  # the checkpoint's max_position_embeddings; None: its preset's (cli.with_positions)
 
     @property
     def vocab(self) -> int:
@@ -38,12 +39,16 @@ class Model:
 
         if not self.preset:
             return TinySpec()
-        return preset_spec(self.preset, layers=self.layers, fp8=True, fp8_scheme=self.fp8)
+        return preset_spec(self.preset, layers=self.layers, fp8=True, fp8_scheme=self.fp8,
+                           **({"max_position": self.positions} if self.positions else {}))
 
 
 def tiny_model_args(m: Model) -> list[str]:
     """serving.tiny_model's flags for the model's checkpoint (the spec they describe is m.spec)."""
-    return ["--preset", m.preset, "--layers", str(m.layers), "--fp8", m.fp8] if m.preset else []
+    if not m.preset:
+        return []
+    return ["--preset", m.preset, "--layers", str(m.layers), "--fp8", m.fp8,
+            *(["--max-position", str(m.positions)] if m.positions else [])]
 
 
 def with_layers(m: Model, layers: int) -> Model:

@@ -12,15 +12,23 @@ from tools.launcher_process import Server, stop, wait_ready
 from .config import Config
 from .crosscheck import cross_check, plan
 from .models import MEASURED_ARMS, Model, make_model
+from .kv_pool import summary_lines
 from .report import summarize
 from .servers import inductor_picks, kv_sequences, log_facts, server_name, start_server
 from .traces import profile, profile_steps
-from .workload import (THROUGHPUT_CONCURRENCY, Workload, completion_body, first_pass, prefix_cache_tokens,
-                       repetition_order, repetition_start, request_json, requests_for, streamed, sweep)
+from .workload import (BURST_PROMPTS, THROUGHPUT_CONCURRENCY, Workload, completion_body, first_pass,
+                       prefix_cache_tokens, repetition_order, repetition_start, request_json, requests_for, streamed,
+                       sweep)
 
 
 def log(msg: str) -> None:
     print(f"[e2e {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def summary(results: dict) -> str:
+    """e2e.md: report.summarize's tables, then every arm's KV pool and every workload shape's figures."""
+    extra = summary_lines(results)
+    return summarize(results) + ("\n".join(extra) + "\n" if extra else "")
 
 
 class Run:
@@ -34,7 +42,7 @@ class Run:
 
     def save(self) -> None:
         (self.cfg.out / "e2e.json").write_text(json.dumps(self.results, indent=1))
-        (self.cfg.out / "e2e.md").write_text(summarize(self.results))
+        (self.cfg.out / "e2e.md").write_text(summary(self.results))
 
     def record_facts(self, s: Server) -> None:
         self.results["servers"].setdefault(s.name, {}).update(
@@ -93,6 +101,32 @@ class Run:
             # two arms at least, or nothing to compare: the others are not waited for once that cannot be
             wait_ready(list(group.values()), cfg.ready_timeout, report=log, min_ready=min(2, len(group)))
 
+    def measure_shape(self, m: Model, arms: dict[str, Server], measured: list[str], wl: Workload, mres: dict,
+                      model_dir: Path) -> None:
+        """One workload shape: its warm-up pass per measured arm, then its alternating repetitions. Today's shape
+        ("default") keeps its results where the report reads them (the model's first_pass and reps); every other
+        shape under the model's workloads.NAME; each result names its shape, and workloads.NAME.shape its lengths."""
+        cfg, shape = self.cfg, wl.shape
+        entry = mres.setdefault("workloads", {}).setdefault(shape.name, {"shape": shape.record()})
+        where = mres if shape.name == "default" else entry
+        if cfg.kv_pool == "fixed":
+            entry["kv_sequences"] = fit = kv_sequences(cfg.kv_bytes, model_dir, shape.longest)
+            clients = (BURST_PROMPTS,) if shape.burst else cfg.clients or THROUGHPUT_CONCURRENCY
+            if over := [c for c in clients if c > fit]:
+                log(f"{m.name} {shape.name}: the KV budget (--kv-bytes {cfg.kv_bytes}) holds {fit} of its longest "
+                    f"requests at once; at {', '.join(map(str, over))} clients the others wait for their blocks")
+        for arm in measured:  # the default shape's prompt 0 was the first request's
+            where.setdefault("first_pass", {})[arm] = first_pass(wl, arms[arm].host,
+                                                                 first=1 if shape.name == "default" else 0)
+        for rep in range(cfg.reps):
+            for arm in repetition_order(measured, rep):
+                r = sweep(wl, arms[arm].host, cfg.waves, cfg.clients, first=repetition_start(rep))
+                where.setdefault("reps", {}).setdefault(arm, []).append(r)
+                log(f"{m.name}{'' if shape.name == 'default' else ' ' + shape.name} rep {rep} {arm}: " + ", ".join(
+                    f"c{c} {v.get('tok_s', v.get('stream_tok_s')):.0f} tok/s"
+                    for c, v in (r.get("throughput") or r.get("burst", {})).items()))
+            self.save()
+
     def measure(self, m: Model, arms: dict[str, Server], model_dir: Path) -> None:
         """One model's warm-up pass per arm, the alternating repetitions, the profiles, and the cross-check (the
         profiles first: a few seconds each, where the cross-check repeats every measurement, so a lease that ends
@@ -104,24 +138,16 @@ class Run:
         wl = Workload(model_id, cfg.in_tokens, cfg.out_tokens, self.vocab)
         mres = self.results["models"].setdefault(m.name, {"layers": m.layers, "first_pass": {}, "reps": {},
                                                           "profile": {}})
-        mres["kv_sequences"] = kv_sequences(cfg.kv_bytes, model_dir, cfg.in_tokens + cfg.out_tokens)
-        if over := [c for c in cfg.clients or THROUGHPUT_CONCURRENCY if c > mres["kv_sequences"]]:
-            log(f"{m.name}: the KV budget (--kv-bytes {cfg.kv_bytes}) holds {mres['kv_sequences']} requests at once; "
-                f"at {', '.join(map(str, over))} clients the others wait for their blocks")
+        if cfg.kv_pool == "fixed":  # a sized pool's tokens are each server's own (kv_pool.pool_facts)
+            mres["kv_sequences"] = kv_sequences(cfg.kv_bytes, model_dir, cfg.in_tokens + cfg.out_tokens)
         measured = [arm for arm in MEASURED_ARMS if arm in arms]
         for arm, s in arms.items():
             first = streamed(s.host, completion_body(model_id, wl.prompt(0), 16, True))["ttft"]
             self.facts.setdefault(s.name, {})["first_ttft_ms"] = round(1e3 * first, 1)
-            if arm in measured:
-                mres["first_pass"][arm] = first_pass(wl, s.host, first=1)  # prompt 0 was the first request's
             log(f"{s.name}: first request TTFT {self.facts[s.name]['first_ttft_ms']} ms")
-        for rep in range(cfg.reps):
-            for arm in repetition_order(measured, rep):
-                r = sweep(wl, arms[arm].host, cfg.waves, cfg.clients, first=repetition_start(rep))
-                mres["reps"].setdefault(arm, []).append(r)
-                log(f"{m.name} rep {rep} {arm}: " + ", ".join(
-                    f"c{c} {v['tok_s']:.0f} tok/s" for c, v in r["throughput"].items()))
-            self.save()
+            self.record_facts(s)  # its KV pool, logged at its start, in e2e.json from now on
+        for shape in cfg.shapes:
+            self.measure_shape(m, arms, measured, Workload.of(model_id, shape, self.vocab), mres, model_dir)
         # the servers' facts now, not only at the end: a run cut short during the profiles (its device lease
         # ending) still keeps each server's first TTFT and JIT counts. The prefix-cache counters now, before the
         # profiles and the cross-check send prompts of their own: 0 hits says no measured prefill was a cache hit

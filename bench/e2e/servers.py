@@ -15,7 +15,9 @@ from serving.paths import CONFIGS_DIR, ROOT
 from serving.settings import TABLE, to_environment
 from tools.launcher_process import Server, free_port, spawn
 
+from .capacity import sglang_sized_args
 from .config import Config
+from .kv_pool import pool_facts
 from .models import (ARM_ENV, CANDIDATES_ARM, CONTAINER_SETTINGS, IMAGE_ARM_ENGINE_ARGS, IMAGE_ARM_SETTINGS,
                      NO_NVCC_ARM, PEER_ARMS, Model)
 
@@ -158,8 +160,9 @@ def engine_args(cfg: Config, model: Model, name: str) -> dict[str, object]:
     # same kernel (stock's first larger batch) would leave no line to count
     args: dict[str, object] = {
         "jit-monitor-verbose": True, "max-num-seqs": str(MAX_NUM_SEQS),
-        "max-model-len": str(cfg.max_model_len), "gpu-memory-utilization": str(cfg.gpu_mem),
-        "kv-cache-memory-bytes": str(cfg.kv_bytes)}
+        "max-model-len": str(cfg.max_model_len), "gpu-memory-utilization": str(cfg.gpu_mem)}
+    if cfg.kv_pool == "fixed":  # "sized": vLLM sizes the pool from gpu-memory-utilization, as a deployment's
+        args["kv-cache-memory-bytes"] = str(cfg.kv_bytes)
     if cfg.profile:
         prof = cfg.profile_dir(name)
         prof.mkdir(parents=True, exist_ok=True)
@@ -196,8 +199,9 @@ def sglang_command(cfg: Config, model: Model, model_dir: Path, port: int) -> tup
             "--host", "127.0.0.1", "--port", str(port),
             "--context-length", str(cfg.max_model_len),
             "--max-running-requests", str(MAX_NUM_SEQS),
-            "--max-total-tokens", str(kv_tokens(cfg.kv_bytes, model_dir)),
-            "--mem-fraction-static", str(SGLANG_MEM_FRACTION_STATIC), *extra], env
+            *(["--max-total-tokens", str(kv_tokens(cfg.kv_bytes, model_dir)),
+               "--mem-fraction-static", str(SGLANG_MEM_FRACTION_STATIC)] if cfg.kv_pool == "fixed"
+              else sglang_sized_args(cfg)), *extra], env
 
 
 def server_command(cfg: Config, model: Model, arm: str, model_dir: Path, port: int) -> tuple[list[str], dict]:
@@ -326,5 +330,5 @@ def log_facts(s: Server) -> dict:
             lines.append(ln[-300:])
     sglang = s.name.endswith(".sglang")
     return {"jit_warnings": None if sglang else text.count(JIT_WARNING),
-            "flashinfer_jit_builds": text.count("Building JIT module"), "log_lines": lines,
+            "flashinfer_jit_builds": text.count("Building JIT module"), "log_lines": lines, **pool_facts(text),
             "moe_configs_not_found": sorted(set(MOE_CONFIG_NOT_FOUND.findall(text)))}

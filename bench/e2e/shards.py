@@ -121,10 +121,14 @@ def parse(argv: list[str] | None = None):
     p = tiny_model.parser("python -m bench.e2e.shards", __doc__.split("\n\n")[0])
     p.add_argument("--preset", choices=sorted(PRESETS), default=None,
                    help="the layer dimensions of one GPU of a real model (the flags above override them)")
+    p.add_argument("--max-position", type=int, default=None, metavar="N",
+                   help="the checkpoint's max_position_embeddings (default: the preset's; a run's longer context)")
     p.add_argument("--tp-friendly", type=int, default=None, metavar="TP",
                    help="check that heads, KV heads, experts, N and vocab split evenly over TP ranks")
     a = p.parse_args(argv)
     given = tiny_model.given_fields(a)
+    if a.max_position:
+        given["max_position"] = a.max_position
     try:
         spec = preset_spec(a.preset, **given) if a.preset else TinySpec(**given)
         spec.check()

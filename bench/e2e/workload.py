@@ -5,20 +5,74 @@ No prompt reaches a server twice. Every request carries a prompt number no earli
 so a measured request's prefill is never a prefix-cache hit (vLLM's prefix cache and SGLang's radix cache are both
 on by default, and SGLang extends a fully cached prompt by one token without a CUDA graph). The numbers depend only
 on the phase (warm-up, repetition r, profile) and the position in it, so every arm of a repetition gets the same
-prompts."""
+prompts.
+
+A workload shape (Shape, SHAPES) sets the prompt and output lengths: "default" (--in-tokens and --out-tokens for
+every request) and the shapes deployments run: long prompts, mixed lengths, a decode-heavy shape, and a burst of
+BURST_PROMPTS requests at once. A shape's lengths are drawn per prompt number from a seed of its own, so every arm
+gets the same lengths and prompts, and no shape's prompt is another's (each draws its tokens from its own seed)."""
 from __future__ import annotations
 
 import http.client
 import json
 import random
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 THROUGHPUT_CONCURRENCY = (1, 8, 32, 128)
 LATENCY_CONCURRENCY = (1, 8, 32)
 # Each phase numbers its prompts from its own multiple of PHASE_PROMPTS, far more than a phase sends: the warm-up
 # from 0, repetition r from (r + 1) * PHASE_PROMPTS, the profiles after the last repetition's.
 PHASE_PROMPTS = 1_000_000
+# A burst: this many streamed requests released at the same instant, one each, measured as one run.
+BURST_PROMPTS = 128
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A workload's lengths: each request's prompt and output tokens drawn uniformly from [lo, hi] (seeded by the
+    shape's name and the prompt number), or, with burst, BURST_PROMPTS requests sent at once instead of the sweep."""
+    name: str
+    prompt: tuple[int, int]
+    out: tuple[int, int]
+    burst: bool = False
+    what: str = ""
+
+    def lengths(self, k: int) -> tuple[int, int]:
+        """Prompt k's (prompt tokens, output tokens); the same for every arm and every run."""
+        if self.prompt[0] == self.prompt[1] and self.out[0] == self.out[1]:
+            return self.prompt[0], self.out[0]
+        rng = random.Random(f"{self.name}/lengths/{k}")
+        return rng.randint(*self.prompt), rng.randint(*self.out)
+
+    @property
+    def longest(self) -> int:
+        """The longest sequence a request of this shape has: its longest prompt and its longest output."""
+        return self.prompt[1] + self.out[1]
+
+    def record(self) -> dict:
+        """The shape as e2e.json keeps it beside its results."""
+        return {"name": self.name, "prompt_tokens": list(self.prompt), "output_tokens": list(self.out),
+                "burst": self.burst, "what": self.what}
+
+
+def shapes(in_tokens: int, out_tokens: int) -> dict[str, Shape]:
+    """Every workload shape by its --workload name; "default" and "burst" take --in-tokens and --out-tokens."""
+    return {s.name: s for s in (
+        Shape("default", (in_tokens, in_tokens), (out_tokens, out_tokens), what="every request the same lengths"),
+        # up to 3,904: with 128 output tokens and 64 to spare, the shards' 4,096 positions
+        Shape("long", (2048, 3904), (128, 128), what="long prompts, 2-4k tokens"),
+        Shape("mixed", (256, 1792), (64, 448), what="prompts of 1,024 tokens and outputs of 256 on average, each "
+                                                    "drawn from ±75% around its mean"),
+        Shape("decode-heavy", (128, 128), (1024, 1024), what="short prompts, long outputs"),
+        Shape("burst", (in_tokens, in_tokens), (out_tokens, out_tokens), burst=True,
+              what=f"{BURST_PROMPTS} streamed requests released at once"),
+    )}
+
+
+WORKLOADS = tuple(shapes(1, 1))  # the names, in the order the report shows them
 
 
 def repetition_start(rep: int) -> int:
@@ -178,16 +232,31 @@ class Workload:
     """Numbered prompts (random token ids of a fixed length; prompt k is the same for every arm and every run) and
     the measured runs, each given the first prompt number it may use."""
 
-    def __init__(self, model_id: str, in_tokens: int, out_tokens: int, vocab: int, seed: int = 0):
+    def __init__(self, model_id: str, in_tokens: int, out_tokens: int, vocab: int, seed: int | str = 0,
+                 shape: Shape | None = None):
         self.model_id, self.in_tokens, self.out, self.vocab, self.seed = model_id, in_tokens, out_tokens, vocab, seed
+        self.shape = shape or Shape("default", (in_tokens, in_tokens), (out_tokens, out_tokens))
+
+    @classmethod
+    def of(cls, model_id: str, shape: Shape, vocab: int) -> "Workload":
+        """The workload of `shape`: the default shape's prompts are seed 0's, each other shape's its name's."""
+        seed = 0 if shape.name == "default" else shape.name
+        return cls(model_id, shape.prompt[0], shape.out[0], vocab, seed, shape)
+
+    def lengths(self, k: int) -> tuple[int, int]:
+        """Prompt k's prompt and output tokens: the shape's, or in_tokens and out_tokens where the shape is fixed
+        (a profile window's shorter outputs)."""
+        fixed = self.shape.prompt[0] == self.shape.prompt[1] and self.shape.out[0] == self.shape.out[1]
+        return (self.in_tokens, self.out) if fixed else self.shape.lengths(k)
 
     def prompt(self, k: int) -> list[int]:
         rng = random.Random(f"{self.seed}/{k}")
         # ids above the 256 byte tokens and the special tokens, below the vocabulary size
-        return [rng.randrange(300, self.vocab) for _ in range(self.in_tokens)]
+        return [rng.randrange(300, self.vocab) for _ in range(self.lengths(k)[0])]
 
     def bodies(self, first: int, n: int, stream: bool) -> list[dict]:
-        return [completion_body(self.model_id, self.prompt(k), self.out, stream) for k in range(first, first + n)]
+        return [completion_body(self.model_id, self.prompt(k), self.lengths(k)[1], stream)
+                for k in range(first, first + n)]
 
     def closed_loop(self, send, concurrency: int, waves: int, first: int, stream: bool) -> tuple[list, float]:
         """`concurrency` clients, each sending its next request once its last is answered, over the run's prompts:
@@ -205,21 +274,44 @@ class Workload:
 
     def latency(self, host: str, concurrency: int, waves: int, first: int) -> dict:
         runs, wall = self.closed_loop(lambda b: streamed(host, b), concurrency, waves, first, True)
-        n = len(runs)
-        ttft = [r["ttft"] for r in runs]
-        ttft_text = [r["ttft_text"] for r in runs]
-        itl = [g for r in runs for g in r["gaps"]]
-        # the inter-token tail in more detail than the report's p99 (e2e.json only): where it starts, how long the
-        # longest gaps are, and how many gaps are more than twice the median
-        p50 = _pct(itl, 50)
-        # output tokens/s of these streamed requests: the throughput runs' figure, streamed, as vLLM's client and
-        # most chat clients request
-        return {"requests": n, "stream_tok_s": sum(r["tokens"] for r in runs) / wall,
-                "ttft_p50_ms": 1e3 * _pct(ttft, 50), "ttft_p99_ms": 1e3 * _pct(ttft, 99),
-                "ttft_text_p50_ms": 1e3 * _pct(ttft_text, 50),
-                "itl_p50_ms": 1e3 * p50, "itl_p99_ms": 1e3 * _pct(itl, 99), "itl_p90_ms": 1e3 * _pct(itl, 90),
-                "itl_p999_ms": 1e3 * _pct(itl, 99.9), "itl_max_ms": 1e3 * max(itl), "itl_gaps": len(itl),
-                "itl_over_2x_median": sum(g > 2 * p50 for g in itl)}
+        return latency_figures(runs, wall)
+
+    def burst(self, host: str, first: int, n: int = BURST_PROMPTS) -> dict:
+        """n streamed requests, one per client, released together (a barrier): the streamed figures of
+        latency_figures, and the time until the last request's last token."""
+        gate = threading.Barrier(n)
+
+        def send(body: dict) -> tuple[dict, float]:
+            gate.wait()
+            r = streamed(host, body)
+            return r, time.perf_counter()
+
+        bodies = self.bodies(first, n, True)
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(n) as pool:
+            answers = list(pool.map(send, bodies))
+        last = max(done for _, done in answers)
+        runs = [r for r, _ in answers]
+        return {**latency_figures(runs, last - t0), "last_done_s": last - t0}
+
+
+def latency_figures(runs: list[dict], wall: float) -> dict:
+    """The figures of streamed requests (streamed()'s answers) that took `wall` seconds together."""
+    n = len(runs)
+    ttft = [r["ttft"] for r in runs]
+    ttft_text = [r["ttft_text"] for r in runs]
+    itl = [g for r in runs for g in r["gaps"]]
+    # the inter-token tail in more detail than the report's p99 (e2e.json only): where it starts, how long the
+    # longest gaps are, and how many gaps are more than twice the median
+    p50 = _pct(itl, 50)
+    # output tokens/s of these streamed requests: the throughput runs' figure, streamed, as vLLM's client and
+    # most chat clients request
+    return {"requests": n, "stream_tok_s": sum(r["tokens"] for r in runs) / wall,
+            "ttft_p50_ms": 1e3 * _pct(ttft, 50), "ttft_p99_ms": 1e3 * _pct(ttft, 99),
+            "ttft_text_p50_ms": 1e3 * _pct(ttft_text, 50),
+            "itl_p50_ms": 1e3 * p50, "itl_p99_ms": 1e3 * _pct(itl, 99), "itl_p90_ms": 1e3 * _pct(itl, 90),
+            "itl_p999_ms": 1e3 * _pct(itl, 99.9), "itl_max_ms": 1e3 * max(itl), "itl_gaps": len(itl),
+            "itl_over_2x_median": sum(g > 2 * p50 for g in itl)}
 
 
 def sweep(wl: Workload, host: str, waves: int, clients=None, first: int = 0) -> dict:
@@ -227,8 +319,12 @@ def sweep(wl: Workload, host: str, waves: int, clients=None, first: int = 0) -> 
     prompts numbered from `first` on, all within first's phase."""
     keep = set(clients or THROUGHPUT_CONCURRENCY + LATENCY_CONCURRENCY)
     phase, k = first // PHASE_PROMPTS, first
-    out: dict = {"throughput": {}, "latency": {}}
     phases = server_phases(host)  # read between the timed runs: a run's split is the change across it
+    if wl.shape.burst:  # the burst is its one run, whatever the concurrencies
+        out = {"burst": {str(BURST_PROMPTS): wl.burst(host, k)}, "workload": wl.shape.name}
+        out["burst"][str(BURST_PROMPTS)]["server"] = phases_between(phases, server_phases(host))
+        return out
+    out = {"throughput": {}, "latency": {}, "workload": wl.shape.name}
     for kind, concurrencies, measure in (("throughput", THROUGHPUT_CONCURRENCY, wl.throughput),
                                          ("latency", LATENCY_CONCURRENCY, wl.latency)):
         for c in concurrencies:
@@ -255,5 +351,8 @@ def first_pass(wl: Workload, host: str, first: int = 0) -> dict:
         firsts[str(c)] = {"first_ttft_ms": 1e3 * min(results), "max_ttft_ms": 1e3 * max(results),
                           "wall_s": time.perf_counter() - t0}
         k += c
-    sweep(wl, host, 1, first=k)
+    if wl.shape.burst:
+        wl.burst(host, k)  # one unmeasured burst: what it compiles or captures first is not in the measured one
+    else:
+        sweep(wl, host, 1, first=k)
     return firsts
