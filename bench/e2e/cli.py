@@ -139,7 +139,7 @@ def contexts_too_long(cfg: Config, chosen: list[Model]) -> list[str]:
     for m in chosen:
         if m.spec.max_position >= cfg.max_model_len:
             continue
-        if cfg.workloads == ("default",) and not cfg.model_len:
+        if cfg.workloads == ("default",) and not cfg.model_len and cfg.kv_pool == "fixed":
             problems.append(
                 f"--in-tokens {cfg.in_tokens} and --out-tokens {cfg.out_tokens} need a context of "
                 f"{cfg.max_model_len} tokens ({beside_prompt - cfg.out_tokens} to spare); {m.name} has "
@@ -147,6 +147,7 @@ def contexts_too_long(cfg: Config, chosen: list[Model]) -> list[str]:
         else:
             problems.append(f"the context of {cfg.max_model_len} tokens (--workload {' '.join(cfg.workloads)}"
                             + (f", --max-model-len {cfg.model_len}" if cfg.model_len else "")
+                            + (", --kv-pool sized" if cfg.kv_pool == "sized" else "")
                             + f") is longer than {m.name}'s {m.spec.max_position} positions")
     return problems
 

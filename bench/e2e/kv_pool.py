@@ -2,9 +2,10 @@
 
 vLLM logs its pool once its memory profile (or --kv-cache-memory-bytes) has sized it: 'GPU KV cache size: N tokens'
 (the device's name first), 'Available KV cache memory: X GiB', and after its capture 'Graph capturing finished in S
-secs, took Y GiB'. SGLang logs 'KV Cache is allocated. ... #tokens: N, K size: A GB, V size: B GB' and 'Capture cuda
-graph end. ... mem usage=Y GB'. pool_facts reads them (servers.log_facts keeps them per server in e2e.json);
-summary_lines sets them side by side with every workload's figures (e2e.md, after report.summarize's tables)."""
+secs, took Y GiB'. SGLang logs 'KV Cache is allocated. ... #tokens: N, K size: A GB, V size: B GB' and, per kind of
+graph it captures, 'Capture target decode CUDA graph end. ... mem usage=Y GB'. pool_facts reads them
+(servers.log_facts keeps them per server in e2e.json); summary_lines sets them beside every workload's figures
+(e2e.md, after report.summarize's tables; report code may call it)."""
 from __future__ import annotations
 
 import re
@@ -14,7 +15,7 @@ VLLM_TOKENS = re.compile(r"\b\w+(?: \+ host)? KV cache size: ([\d,]+) tokens")
 VLLM_KV_GIB = re.compile(r"Available KV cache memory: ([\d.]+) GiB")
 VLLM_GRAPHS_GIB = re.compile(r"Graph capturing finished in [\d.]+ secs?, took ([\d.]+) GiB")
 SGLANG_POOL = re.compile(r"KV Cache is allocated\..*?#tokens: (\d+), K size: ([\d.]+) GB, V size: ([\d.]+) GB")
-SGLANG_GRAPHS_GB = re.compile(r"Capture cuda graph end\..*?mem usage=([\d.]+) GB")
+SGLANG_GRAPHS_GB = re.compile(r"Capture (?:\w+ )*?cuda graph end\..*?mem usage=([\d.]+) GB", re.I)
 BLOCK = 16  # vLLM's KV block, the unit a request's tokens are held in
 
 
@@ -29,8 +30,10 @@ def pool_facts(log: str) -> dict:
     if found := SGLANG_POOL.findall(log):
         tokens, k, v = found[-1]
         facts.update(kv_tokens=int(tokens), kv_gib=round(float(k) + float(v), 2))
-    if found := VLLM_GRAPHS_GIB.findall(log) or SGLANG_GRAPHS_GB.findall(log):
+    if found := VLLM_GRAPHS_GIB.findall(log):
         facts["graphs_gib"] = float(found[-1])
+    elif found := SGLANG_GRAPHS_GB.findall(log):  # one line per graph kind it captures (prefill, decode)
+        facts["graphs_gib"] = round(sum(map(float, found)), 2)
     return facts
 
 
