@@ -4,6 +4,8 @@
         [--layers N [MODEL=N ...]]   # e.g. --layers 94 qwen3-coder-480b-tp8-tensor=40: deployment depth
         [--arms stock image sglang vllm-latest --sglang-python PY --vllm-latest-python PY]   # the peers too
         [--cross-check N]            # then N repetitions by vLLM's own client, `vllm bench serve`
+        [--workload default long mixed decode-heavy burst]   # the workload shapes, each in turn
+        [--kv-pool sized --gpu-mem G [--max-model-len N]]     # each engine sizes its own KV pool
 
 Every arm is an HTTP server on loopback: "image" is this project's launcher (./entrypoint.sh serve:
 the patched vLLM, configs/, the image's settings); "stock" is vLLM's own OpenAI server from the
@@ -29,6 +31,20 @@ tuned files do not reach), and the nvcc its environment shows a JIT (none for th
 as their container runs; the host's for stock and the peers). With --profile, a torch-profiler
 trace of a short run at 1 and 32 clients gives each arm's GPU time by kernel class.
 
+Workload shapes (--workload, workload.shapes): "default" is the sweep above at --in-tokens and --out-tokens;
+"long" (prompts of 2,048-3,904 tokens), "mixed" (prompts and outputs drawn from a range around a mean, seeded),
+"decode-heavy" (128-token prompts, 1,024 output tokens) run the same sweep with their lengths; "burst" sends 128
+streamed requests released at once, measured as one run. Each shape gets its own warm-up pass and repetitions; each
+result names its shape (today's stay where they were, every other under the model's workloads.NAME). The profiles
+and the cross-check keep today's shape.
+
+KV pools (--kv-pool): "fixed" gives every arm --kv-bytes (vLLM's --kv-cache-memory-bytes; SGLang the tokens it
+holds); "sized" gives none, so each engine sizes its pool from --gpu-mem and the context (--max-model-len, a
+deployment's 16,384 unless given; a shard is made with as many positions), as a deployment's is: the arms start one
+at a time (--start-alone), each sizing its pool with no other start's allocations in the way, and SGLang's
+--mem-fraction-static is the same share of the GPU over the memory free at its start. Every server's KV tokens, KV
+and CUDA-graph memory are read from its log (kv_pool) and shown in e2e.md beside each shape's figures.
+
 Both arms take OpenAI bodies on /v1/completions (stock vLLM has no LMI bodies); what LMI bodies
 cost on top is measured by bench/http/lmi_vs_openai.py. Results: OUT/e2e.json and OUT/e2e.md.
 
@@ -48,7 +64,8 @@ Before anything is made or started, a run that the host cannot hold is refused, 
 checkpoints on the disk under --models-dir, and each model's servers, started together, in the GPU's free memory.
 
 The parts: models (the models, their arms and their weights), config (one run's settings), servers (each arm's
-server: command, environment, what its log says), workload (the HTTP client, prompts and measured runs), crosscheck
-(the same arms by vLLM's own client), traces (GPU time by kernel class from the profiler), report (the tables of
-e2e.md), capacity (what the host's disk and GPU hold), run (one run, model by model), cli (the command line).
+server: command, environment, what its log says), workload (the HTTP client, the shapes, prompts and measured runs),
+crosscheck (the same arms by vLLM's own client), traces (GPU time by kernel class from the profiler), report (the
+tables of e2e.md), kv_pool (each server's KV pool from its log; e2e.md's pool and workload tables), capacity (what
+the host's disk and GPU hold), run (one run, model by model), cli (the command line).
 """
