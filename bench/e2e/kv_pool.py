@@ -104,8 +104,8 @@ def workload_table(results: dict) -> list[str]:
     for mname, m in results.get("models", {}).items():
         shapes = m.get("workloads", {})
         by_workload = workload_reps(m)
-        if len(by_workload) < 2 and "default" in by_workload and not shapes.get("default", {}).get("shape"):
-            continue  # a run before workload shapes: report.summarize's tables cover it
+        if set(by_workload) <= {"default"}:
+            continue  # today's shape alone: report.summarize's tables cover it
         for name, arms in by_workload.items():
             base = "stock" if arms.get("stock") else "image"
             what = shapes.get(name, {}).get("shape", {})
