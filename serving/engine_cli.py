@@ -19,7 +19,7 @@ def main(argv: list[str]) -> None:
     from .recovery import keep_alive_environment
 
     sys.argv = ["vllm", *argv]
-    for name, value in keep_alive_environment(os.environ).items():
+    for name, value in keep_alive_environment(os.environ, argv).items():
         os.environ.setdefault(name, value)  # a value the user set wins
     end_api_servers_on_engine_death()
     vllm_main()

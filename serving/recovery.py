@@ -61,10 +61,26 @@ class Recovery:
         return None
 
 
-def keep_alive_environment(env: Mapping[str, str]) -> dict[str, str]:
-    """What the engine process's environment needs for recovery: vLLM's keep-alive switch where recovery is on (the
-    engine watch then exits itself once recovery is spent)."""
-    return {KEEP_ALIVE_ENV: "1"} if engine_value("engine_auto_recovery", env) else {}
+def _flag_value(argv: list[str], flag: str) -> str | None:
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def keep_alive_environment(env: Mapping[str, str], argv: list[str]) -> dict[str, str]:
+    """What the engine process's environment needs for recovery: vLLM's keep-alive switch where recovery is on and
+    `vllm serve argv` runs one API server process (no --api-server-count or data parallelism above 1); the engine
+    watch then exits itself once recovery is spent. Elsewhere vLLM's own stop on an engine death stays."""
+    if not engine_value("engine_auto_recovery", env):
+        return {}
+    for flag in ("--api-server-count", "--data-parallel-size"):
+        value = _flag_value(argv, flag)
+        if value is not None and value.strip() not in ("0", "1"):
+            return {}
+    return {KEEP_ALIVE_ENV: "1"}
 
 
 def _retire(client) -> None:

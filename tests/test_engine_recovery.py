@@ -25,4 +25,13 @@ def test_the_engine_process_gets_the_settings_and_keeps_its_server_up_where_reco
     recovery = Recovery.from_env(engine_env)
     assert (recovery.enabled, recovery.max_start_retries, recovery.left) == (enabled, retries,
                                                                                retries if enabled else 0)
-    assert keep_alive_environment(engine_env) == ({KEEP_ALIVE_ENV: "1"} if enabled else {})
+    assert keep_alive_environment(engine_env, ["serve", "m"]) == ({KEEP_ALIVE_ENV: "1"} if enabled else {})
+
+
+@pytest.mark.parametrize("argv, keeps_alive", [(["serve", "m"], True),
+                                               (["serve", "m", "--api-server-count", "1"], True),
+                                               (["serve", "m", "--api-server-count=2"], False),
+                                               (["serve", "m", "--data-parallel-size", "2"], False)])
+def test_vllm_keeps_its_server_up_through_an_engine_death_only_where_recovery_can_apply(argv, keeps_alive):
+    """One API server process owns its engine, which recovery starts again; under several, vLLM's own stop stays."""
+    assert keep_alive_environment({}, argv) == ({KEEP_ALIVE_ENV: "1"} if keeps_alive else {})
