@@ -279,7 +279,7 @@ collect)
 stop)
     # SIGTERM: the engine bench stops its servers (their process groups) before it exits
     pkill -TERM -f "$(subcommand all)"; pkill -TERM -f "$(subcommand e2e)"; pkill -TERM -f "$(subcommand tune)"
-    pkill -TERM -f '^[^ ]*python[0-9.]* -m bench[.]moe( |$)'
+    pkill -TERM -f '^[^ ]*python[0-9.]* -m bench[.]kernels[.]moe( |$)'
     pkill -TERM -f "$E2E_PROC"
     for _ in $(seq 60); do pgrep -f "$E2E_PROC" > /dev/null || break; sleep 1; done
     pgrep -fa "$E2E_PROC|^VLLM::EngineCore|^sglang::" || echo "stopped"
