@@ -1,7 +1,7 @@
 """What a tuned fused-MoE config file means to vLLM 0.32 (with the project's series).
 
 One home for the config semantics that the patch tool (apply.py) checks
-configs with and that the H200 harness (bench/moe/) times kernels with:
+configs with and that the H200 harness (bench/kernels/moe/) times kernels with:
 
 * the file name vLLM looks up and the folders it searches (``config_file_name``,
   ``get_moe_configs``), and how it reads a file (``load_config_file``);
