@@ -37,6 +37,7 @@ from pathlib import Path
 log = logging.getLogger("serving.group")
 
 HEARTBEAT_S = 1.0
+PING_POLL_S = 5.0     # how often the leader's link reads the leader's /ping (each read is a line of its access log)
 SILENCE_S = 10.0      # nothing from the other side this long: it is gone
 STOP_GRACE_S = 10.0   # SIGTERM to SIGKILL of an engine the link stops
 ENDING_S = 30.0       # from the leader's engine core killed to the launcher stopped, where it has not exited
@@ -188,7 +189,7 @@ class Leader:
     def _poll_ping(self) -> None:
         while not self.done.is_set():
             self.state = SERVING if _local_ping(self.ping_url) else JOINING
-            time.sleep(HEARTBEAT_S)
+            self.done.wait(PING_POLL_S)
 
     def _serve(self, conn: socket.socket, addr) -> None:
         conn.settimeout(SILENCE_S)
