@@ -84,12 +84,21 @@ def test_lmi_body_keeps_its_own_path(http):
     assert set(r.json()) == {"generated_text"}
 
 
-@pytest.mark.parametrize("route", ["/nosuch", "/v1/embeddings"])  # the tiny model generates: no embeddings route
+@pytest.mark.parametrize("route", ["/v1/nosuch", "/v1/embeddings"])  # the tiny model generates: no embeddings route
 def test_a_route_the_server_does_not_serve_gets_404_naming_it(http, route):
     r = routed(http, f"route={route}", {"input": PROMPT})
     assert r.status_code == 404, r.text
     assert f"route={route}" in r.json()["error"] and "/v1/completions" in r.json()["error"]
     assert r.json()["field"] == ATTRS
+
+
+@pytest.mark.parametrize("route", ["/start_profile", "/sleep", "/reset_prefix_cache", "/v1/load_lora_adapter",
+                                   "/nosuch"])
+def test_a_control_route_of_the_server_gets_403_and_is_not_called(http, route):
+    r = routed(http, f"route={route}", {"lora_name": "x", "lora_path": "/tmp"})
+    assert r.status_code == 403, r.text
+    assert f"route={route} is not an inference route" in r.json()["error"]
+    assert routed(http, "route=/tokenize", {"prompt": PROMPT}).status_code == 200  # still serving
 
 
 def test_a_route_served_without_post_gets_405(http):

@@ -10,7 +10,10 @@ the body's `model`. Other attributes are the caller's own and are left alone.
 - a `route` that is not a path (`/` then path characters, no query), or two `route`s that differ: 400;
 - a path the server serves no route for: 404 naming it and the POST routes it serves;
 - a path it serves, but not for POST: 405 naming the methods it takes;
-- `route=/invocations` is /invocations itself, as if no route were given.
+- `route=/invocations` is /invocations itself, as if no route were given;
+- a control route of the server (profiling, sleep, weight updates, cache resets, LoRA loading, scaling, ...): 403.
+  The routes open to a body are the inference routes: `/v1/...` and `/v2/...` (but LoRA loading), `/tokenize`,
+  `/detokenize`, `/classify`, `/score`, `/rerank`, `/pooling` and `/inference/...`.
 """
 from __future__ import annotations
 
@@ -44,9 +47,17 @@ def requested_route(scope) -> str | None:
     return routes[0] if routes and routes[0] != "/invocations" else None
 
 
+_INFERENCE = re.compile(r"/(v1|v2|inference)/.*|/(tokenize|detokenize|classify|score|rerank|pooling)")
+_CONTROL = re.compile(r"/v1/(load|unload)_lora_adapter")
+
+
 def check_served(scope, route: str) -> None:
-    """Raise LMIError unless the app in `scope` serves POST `route`."""
+    """Raise LMIError unless `route` is an inference route the app in `scope` serves for POST."""
     from starlette.routing import Match
+
+    if not _INFERENCE.fullmatch(route) or _CONTROL.fullmatch(route):
+        raise LMIError(f"{NAME}: route={route} is not an inference route; /invocations forwards bodies to /v1/..., "
+                       "/tokenize, /detokenize, /classify, /score, /rerank and /pooling only", NAME, 403)
 
     probe = {**scope, "path": route, "raw_path": route.encode(), "method": "POST"}
     methods: set[str] = set()
