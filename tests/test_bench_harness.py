@@ -1,6 +1,5 @@
 """The H200 fused-MoE harness (bench/kernels/moe/) where it runs on the CPU: its command line, and the
-files it made reproduced from the raw runs in bench/data/ with the commands bench/RESULTS-archive.md
-gives (configs/ by make_configs, the archive's kernel tables by report)."""
+files it made reproduced from the raw runs in bench/data/ (configs/ by make_configs), and its report over them."""
 from __future__ import annotations
 
 import subprocess
@@ -42,7 +41,7 @@ def test_options_are_parsed_into_values():
     assert d.tune_plan == [(s, [m for m in TUNER_MS if m <= 64]) for s in TP8_SHAPES]
 
 
-# (tune files, the benches that gated them) of each make_configs command in bench/RESULTS.md's "Reproduce":
+# (tune files, the benches that gated them) of each make_configs command that made configs/:
 # the per-tensor TP8 shapes and DeepSeek-V3 TP8 (runs 1-2), the block-FP8 layouts of the official checkpoints
 MAKE_CONFIGS_RUNS = (
     (("tune_t3.json", "tune_t4.json", "gtune_g1.json"), ("bench_b5.json",)),
@@ -70,7 +69,7 @@ def test_shipped_configs_reproduce_from_the_raw_runs(tmp_path):
         assert (tmp_path / name).read_bytes() == (CONFIGS / name).read_bytes(), name
 
 
-# each report command of bench/RESULTS-archive.md: (bench, jit runs under bench/data/, shapes or None), and how
+# each kernel report over the raw runs: (bench, jit runs under bench/data/, shapes or None), and how
 # many table rows it prints at least
 REPORTS = (
     ("bench_b5.json", ("jit_j5q.json", "jit_j5d.json"), None, 100),
@@ -81,12 +80,9 @@ REPORTS = (
 
 
 @pytest.mark.parametrize("bench,jit,shapes,min_rows", REPORTS, ids=["tp8-runs-1-2", "block-run-10", "block-run-10-tp4"])
-def test_results_tables_are_the_report_of_the_raw_runs(bench, jit, shapes, min_rows):
+def test_the_report_tables_the_raw_runs(bench, jit, shapes, min_rows):
     args = ["--bench", str(DATA / bench)] + (["--jit", *(str(DATA / j) for j in jit)] if jit else [])
     r = run("-m", "bench.kernels.moe.report", *args, *(["--shapes", shapes] if shapes else []))
     assert r.returncode == 0, r.stderr
     rows = [line for line in r.stdout.splitlines() if line.startswith("|")]
     assert len(rows) > min_rows
-    results = set((ROOT / "bench" / "RESULTS-archive.md").read_text().splitlines())
-    missing = [row for row in rows if row not in results]
-    assert not missing, f"bench/RESULTS-archive.md lacks {len(missing)} table rows of the report, e.g. {missing[0]}"
