@@ -22,6 +22,7 @@ Each link ends when the engine process it watches is gone.
 from __future__ import annotations
 
 import argparse
+import select
 import http.server
 import logging
 import os
@@ -40,6 +41,8 @@ HEARTBEAT_S = 1.0
 PING_POLL_S = 5.0     # how often the leader's link reads the leader's /ping (each read is a line of its access log)
 SILENCE_S = 10.0      # nothing from the other side this long: it is gone
 STOP_GRACE_S = 10.0   # SIGTERM to SIGKILL of an engine the link stops
+LISTEN_BOUND_S = 30.0  # from the leader's link started to its port listening
+LISTENING = b"listening"  # the leader's link's one line on its stdout, once its port listens
 ENDING_S = 30.0       # from the leader's engine core killed to the launcher stopped, where it has not exited
 SERVING, JOINING, WORKER_BEAT = b"S", b"J", b"H"
 ENGINE_CORE_TITLE = "VLLM::EngineCor"  # vLLM's engine core process title, as /proc/PID/comm cuts it (15 bytes)
@@ -58,11 +61,11 @@ def reachable(host: str, port: int, timeout: float) -> bool:
             time.sleep(1)
 
 
-def spawn(args: list[str]) -> subprocess.Popen:
+def spawn(args: list[str], stdout=None) -> subprocess.Popen:
     """This module in a child process of the caller (its process group: a stop of the group reaches it)."""
     root = str(Path(__file__).resolve().parent.parent)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(x for x in (root, os.environ.get("PYTHONPATH", "")) if x))
-    return subprocess.Popen([sys.executable, "-m", "serving.group_link", *args], env=env)
+    return subprocess.Popen([sys.executable, "-m", "serving.group_link", *args], env=env, stdout=stdout)
 
 
 def alive(pid: int) -> bool:
@@ -317,9 +320,17 @@ def start(g, host: str, port: int) -> str | None:
     if g.is_leader:
         local = loopback_if_wildcard(host)
         url = f"http://{'[' + local + ']' if ':' in local else local}:{port}/ping"
-        spawn(["leader", "--host", host or "0.0.0.0", "--port", str(g.port), "--workers", str(g.size - 1),
-               "--watch", watch, "--join-timeout", str(g.join_timeout), "--ping-url", url])
-        return None
+        args = ["leader", "--host", host or "0.0.0.0", "--port", str(g.port), "--workers", str(g.size - 1),
+                "--watch", watch, "--join-timeout", str(g.join_timeout), "--ping-url", url]
+        link = spawn(args, stdout=subprocess.PIPE)
+        ready, _, _ = select.select([link.stdout], [], [], LISTEN_BOUND_S)
+        said = (link.stdout.readline().decode(errors="replace").strip() if ready
+                else f"no answer in {LISTEN_BOUND_S:.0f} s")
+        if said == LISTENING.decode():
+            return None
+        link.kill()
+        return (f"group_port: the leader's group link cannot listen on {host or '0.0.0.0'}:{g.port} "
+                f"({said or 'it exited'})")
     log.info("group: waiting up to %d s for the leader's group link at %s:%d", g.join_timeout, g.leader, g.port)
     if not reachable(g.leader, g.port, g.join_timeout):
         return (f"group_leader_address: the leader's group link {g.leader}:{g.port} did not answer within "
@@ -352,7 +363,14 @@ def main(argv: list[str] | None = None) -> int:
                         stream=sys.stderr)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     if a.role == "leader":
-        return Leader(a.port, a.host, a.workers, a.watch, a.join_timeout, a.ping_url).run()
+        try:
+            leader = Leader(a.port, a.host, a.workers, a.watch, a.join_timeout, a.ping_url)
+        except OSError as e:  # the launcher, reading this line, names the setting
+            print(os.strerror(e.errno) if e.errno else e, flush=True)
+            return 1
+        sys.stdout.buffer.write(LISTENING + b"\n")
+        sys.stdout.flush()
+        return leader.run()
     w = Worker(a.leader, a.port, a.rank, a.watch)
     w.health_server(a.host, a.health_port)
     return w.run()

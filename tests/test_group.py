@@ -9,6 +9,7 @@ import json
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -72,13 +73,15 @@ def test_deepseek_v3_on_two_8_gpu_hosts_is_vllms_dp16_ep_recipe(tmp_path, launch
     rc, out, err = launcher_main({**env, "LWS_WORKER_INDEX": "0"}, ["--dry-run"], DROP)
     assert rc == 0, err
     lead = _flags(_command(out))
-    assert {k: lead.get(k) for k in ("--data-parallel-size", "--data-parallel-size-local", "--data-parallel-address",
-                                     "--data-parallel-rpc-port", "--tensor-parallel-size", "--enable-expert-parallel")} \
-        == {"--data-parallel-size": "16", "--data-parallel-size-local": "8", "--data-parallel-address": "10.0.0.1",
-            "--data-parallel-rpc-port": "13345", "--tensor-parallel-size": "1", "--enable-expert-parallel": True}
+    keys = ("--data-parallel-size", "--data-parallel-size-local", "--data-parallel-address", "--data-parallel-rpc-port",
+            "--tensor-parallel-size", "--enable-expert-parallel")
+    assert {k: lead.get(k) for k in keys} == {
+        "--data-parallel-size": "16", "--data-parallel-size-local": "8", "--data-parallel-address": "10.0.0.1",
+        "--data-parallel-rpc-port": "13345", "--tensor-parallel-size": "1", "--enable-expert-parallel": True}
     assert "--headless" not in lead and lead["--port"] == "8080" and "--middleware" in lead
     role = _role_line(out)
-    assert role.startswith("group: leader, rank 0 of 2 hosts") and "form dp_ep (default for a Mixture-of-Experts" in role
+    assert role.startswith("group: leader, rank 0 of 2 hosts")
+    assert "form dp_ep (default for a Mixture-of-Experts" in role
     assert "(from env LWS_GROUP_SIZE, env LWS_WORKER_INDEX, env LWS_LEADER_ADDRESS)" in role
 
     rc, out, err = launcher_main({**env, "LWS_WORKER_INDEX": "1"}, ["--dry-run"], DROP)
@@ -149,20 +152,37 @@ def test_a_bad_group_exits_2_with_one_line_naming_it(launcher_main, env, key, wo
     assert lines[0].startswith(f"configuration error: {key} from ") and words in lines[0], lines[0]
 
 
+def _serving(tmp: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """`python -m serving` as one host of a group of two, the embedded model (never started here: each run stops
+    at the group's check)."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(DROP)}
+    base |= {**LWS, "SERVING_MODEL_DIR": str(tmp / "none"), "HF_HUB_OFFLINE": "1", **env}
+    return subprocess.run([sys.executable, "-m", "serving"], env=base, capture_output=True, text=True, timeout=120)
+
+
 def test_a_worker_whose_leader_does_not_answer_exits_2_within_its_bound(tmp_path):
     """No leader listens on the group port: the worker gives up after group_join_timeout, before its engine."""
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(DROP)}
-    env |= {**LWS, "LWS_LEADER_ADDRESS": "127.0.0.1", "LWS_WORKER_INDEX": "1", "OPTION_GROUP_PORT": str(port),
-            "OPTION_GROUP_JOIN_TIMEOUT": "3", "SERVING_MODEL_DIR": str(tmp_path / "none"), "HF_HUB_OFFLINE": "1"}
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "serving"], env=env, capture_output=True, text=True, timeout=120)
+    done = _serving(tmp_path, {"LWS_LEADER_ADDRESS": "127.0.0.1", "LWS_WORKER_INDEX": "1",
+                               "OPTION_GROUP_PORT": str(port), "OPTION_GROUP_JOIN_TIMEOUT": "3"})
     assert done.returncode == 2, done.stderr[-3000:]
     last = done.stderr.strip().splitlines()[-1]
     assert last == (f"configuration error: group_leader_address: the leader's group link 127.0.0.1:{port} did not "
                     "answer within 3 s (group_join_timeout); is the leader started, and group_port the same on "
                     "every host?"), last
     assert "Launching" not in done.stderr and time.monotonic() - started < 90
+
+
+def test_a_leader_whose_group_port_is_taken_exits_2(tmp_path):
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        done = _serving(tmp_path, {"LWS_LEADER_ADDRESS": "127.0.0.1", "LWS_WORKER_INDEX": "0",
+                                   "OPTION_HOST": "127.0.0.1", "OPTION_GROUP_PORT": str(port)})
+    assert done.returncode == 2, done.stderr[-3000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last == (f"configuration error: group_port: the leader's group link cannot listen on 127.0.0.1:{port} "
+                    "(Address already in use)"), last
 
 
 # -- the group link between real processes -----------------------------------------------------------------------
@@ -273,7 +293,8 @@ def test_a_leader_that_leaves_stops_the_worker(procs):
     lead.kill()
     _until(lambda: work_engine.poll() is not None, LINK_BOUND_S)
     assert work_engine.returncode == -signal.SIGTERM
-    assert "the leader closed the group link; stopping this worker (rank 1)" in work.communicate(timeout=LINK_BOUND_S)[1]
+    said = work.communicate(timeout=LINK_BOUND_S)[1]
+    assert "the leader closed the group link; stopping this worker (rank 1)" in said
 
 
 def test_a_group_whose_workers_do_not_join_ends_within_the_join_timeout(procs):
