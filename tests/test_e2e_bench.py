@@ -362,7 +362,6 @@ def test_summary_of_a_recorded_run_gives_gpu_time_per_step(recorded):
     """The summary's profile table, from H200 runs 3-6's recorded figures (bench/data/h200_engine_*)."""
     res = json.loads(recorded.read_text())
     md = report.summarize(res)
-    results = set((ROOT / "bench" / "RESULTS-archive.md").read_text().splitlines())
     profiled = 0
     for model, m in res["models"].items():
         rows = [ln.split("|")[1:-1] for ln in md.splitlines() if ln.startswith(f"| {model} | ") and ln.count("|") == 11]
@@ -378,8 +377,6 @@ def test_summary_of_a_recorded_run_gives_gpu_time_per_step(recorded):
             assert float(cells[4]) == pytest.approx(p["total_gpu_ms"] / traces.profile_steps(conc, 128), abs=1e-3)
             shares = [float(c.strip().rstrip("%")) for c in cells[5:]]
             assert sum(shares) == pytest.approx(100, abs=0.3)
-        # bench/RESULTS-archive.md "Run 3" to "Run 6" show these rows as the bench prints them
-        assert all("|".join(["", *cells, ""]) in results for cells in rows)
     assert profiled == (2 if recorded == H200_RUN_5 else 1)
 
 
@@ -425,22 +422,13 @@ def test_pooled_ratios_of_one_run_are_its_summary():
         assert [x.strip() for x in summary[(model, "image", metric, clients)]] == [median, spread]
 
 
-def test_results_pool_runs_3_to_5_as_the_tool_prints():
+def test_pool_of_runs_3_to_5_pools_the_model_all_three_measured():
     from bench.e2e import pool as e2e_pool
 
     runs = [json.loads(p.read_text()) for p in (H200_RUN_3, H200_RUN_4, H200_RUN_5)]
-    results = set((ROOT / "bench" / "RESULTS-archive.md").read_text().splitlines())
-    # RESULTS-archive "Run 4" pools runs 3 and 4: the figures both measured (tok/s at 1 and 8 clients, inter-token p50 at 1);
-    # the 235B row only run 3 measured (128 clients) comes out the same when run 6 joins its pool ("Run 6")
-    with_run_6 = set(e2e_pool.table([*runs[:2], json.loads(H200_RUN_6.read_text())]))
-    shown = [r for r in e2e_pool.table(runs[:2])[2:] if r in results
-             and not (r.startswith("| qwen3-235b-tp8-tensor |") and r in with_run_6)]
-    assert {tuple(c.strip() for c in r.split("|")[2:4]) for r in shown} == \
-        {("tok_s", "1"), ("tok_s", "8"), ("itl_p50_ms", "1")}
-    assert len(shown) == 6 and all("| 11 |" in r for r in shown)
-    # RESULTS-archive "Run 5" pools all three: every row of the Qwen3-Coder shard, the only model of all three runs
+    # the Qwen3-Coder shard, the only model of all three runs: every row pools the three runs' repetitions
     rows = [r for r in e2e_pool.table(runs)[2:] if r.startswith("| qwen3-coder-480b-tp8-tensor |")]
-    assert len(rows) == 8 and all(r in results for r in rows)
+    assert len(rows) == 8
     assert {r.split("|")[4].strip() for r in rows if r.split("|")[3].strip() == "1"} == {"14"}
 
 
@@ -835,13 +823,12 @@ def test_each_servers_autotuner_picks_are_recorded_and_the_ones_that_differ_betw
     assert report.autotune_table({"servers": {"m.stock": {"inductor_picks": {}}, "m.image": {}}}) == []
 
 
-def test_results_pool_the_235b_shard_over_runs_3_4_and_6_as_the_tool_prints():
+def test_pool_of_the_235b_shard_over_runs_3_4_and_6():
     from bench.e2e import pool as e2e_pool
 
     runs = [json.loads(p.read_text()) for p in (H200_RUN_3, H200_RUN_4, H200_RUN_6)]
-    results = set((ROOT / "bench" / "RESULTS-archive.md").read_text().splitlines())
     rows = [r for r in e2e_pool.table(runs)[2:] if r.startswith("| qwen3-235b-tp8-tensor |")]
-    assert len(rows) == 8 and all(r in results for r in rows)
+    assert len(rows) == 8
 
 
 def test_run_6_measured_patch_0006_alone_as_a_third_arm():
@@ -1049,16 +1036,15 @@ def test_a_bad_layers_token_is_refused_before_anything_starts(tmp_path, capsys):
     assert not (tmp_path / "o").exists()
 
 
-def test_run_9_deep_shards_as_recorded_and_as_results_shows_them():
+def test_run_9_deep_shards_as_recorded_and_as_the_summary_shows_them():
     """H200 run 9 (bench/data/h200_engine_9): the Qwen3 shards at 94 and 40 layers, kept apart from the 16-layer
-    runs by their names; RESULTS "Run 9" shows the bench's own rows, and its goal figures are the recorded ones."""
+    runs by their names; the summary shows every row, and its goal figures are the recorded ones."""
     from bench.e2e import pool as e2e_pool
     res = json.loads((ROOT / "bench" / "data" / "h200_engine_9" / "e2e.json").read_text())
     assert {m: r["layers"] for m, r in res["models"].items()} == {
         "qwen3-235b-tp8-tensor@94L": 94, "qwen3-coder-480b-tp8-tensor@40L": 40}
-    results = set((ROOT / "bench" / "RESULTS-archive.md").read_text().splitlines())
     rows = [ln for ln in report.summarize(res).splitlines() if ln.startswith("| qwen3-")]
-    assert len(rows) == 2 * 6 + 4 and all(r in results for r in rows)
+    assert len(rows) == 2 * 6 + 4
     for model in res["models"]:
         one_client = report.paired_ratios([res], model, "throughput", "tok_s", "1")
         assert len(one_client) == 4 and min(one_client) >= 1.10  # the issue's one-client goal, every repetition
@@ -1223,12 +1209,8 @@ def test_a_peer_arm_without_its_runtime_is_refused_before_anything_starts(tmp_pa
     assert cfg.record()["sglang_python"] == sys.executable
 
 
-def test_the_settings_table_is_the_one_results_shows_and_sglangs_log_is_not_counted(tmp_path):
-    """servers.PEERS is bench/RESULTS-archive.md's table of matched settings, row by row; a SGLang server's
-    compile count is None (e2e.md: not counted), never 0."""
-    archive = set((ROOT / "bench" / "RESULTS-archive.md").read_text().splitlines())
-    for m in servers.PEERS:
-        assert f"| {m.vllm} | {m.sglang} | {m.vllm_latest} | {m.why} |" in archive, m.vllm
+def test_sglangs_compile_count_is_not_counted(tmp_path):
+    """A SGLang server's compile count is None (e2e.md: not counted), never 0."""
     log = tmp_path / "s.log"
     log.write_text("INFO KV Cache is allocated. #tokens: 33456, K size: 0.75 GB\nUsing MoE kernel config from x.\n")
     facts = servers.log_facts(SimpleNamespace(log=log.read_text, name="m.sglang"))
@@ -1461,49 +1443,29 @@ def test_servers_the_gpu_cannot_hold_together_are_refused_with_the_layers_that_f
 
 
 
-def _newest_run_commands() -> list[dict[str, str]]:
-    """Each `bench/e2e/runbook.sh` command of bench/RESULTS-archive.md's newest "### Run" section (the run's own and
-    the next leases' it plans): the variables it sets, as the shell reads them."""
-    archive = (ROOT / "bench" / "RESULTS-archive.md").read_text()
-    section = archive[archive.rindex("\n### Run "):]
-    section = re.sub(r"\\\n\s*", " ", section.split("\n## ", 1)[0])  # the shell's line continuations joined
-    command = r'((?:[A-Z_0-9]+=(?:"[^"]*"|\S+) +)+)(?:setsid +)?tools/h200_session[.]sh'
-    return [dict(v.split("=", 1) for v in shlex.split(env)) for env in re.findall(command, section)]
+def _performance_page_commands() -> list[tuple[str, list[str]]]:
+    """Each engine-bench command docs/performance.md gives to reproduce a table: (its data folder, its arguments)."""
+    page = (ROOT / "docs" / "performance.md").read_text()
+    found = re.findall(r"^- `(\w+)` \([^)]*\): `python -m bench\.e2e ([^`]+)`", page, re.M)
+    return list({folder: shlex.split(args) for folder, args in found}.items())
 
 
-def test_the_newest_runs_lease_commands_would_start_on_an_h200(tmp_path, monkeypatch):
-    """A lease is half an hour of a scarce machine: every command the archive's newest run section gives to run next
-    has an engine bench or says it has none (ENGINE=0); each engine bench passes the checks the bench makes before
-    it starts anything (its flags, its arms for its models, the peers' runtimes as the session script passes them,
-    the candidates' folder) and its servers, started together, fit an H200's free memory (139.1 GiB, run 20's log);
-    the kernel benches' flags (GEMM_ARGS, SMALL_M_CANDIDATES) pass their parsers."""
-    from bench.kernels import decode_gemm as decode_gemm_bench, small_m_configs
-
-    monkeypatch.chdir(ROOT)  # the session script runs them in the repository's root: their paths are relative to it
-    commands = _newest_run_commands()
-    engine = [env for env in commands if env.get("ENGINE", "1") != "0"]
-    assert len(engine) >= 3, commands  # the run's own engine bench and at least two next leases
+def test_the_performance_pages_commands_pass_the_checks_the_bench_makes_before_it_starts(tmp_path, monkeypatch):
+    """Every command that reproduces a table of the performance page still runs: its flags parse, its arms exist
+    for its models, and its servers, started together, fit the free memory of the GPU it ran on."""
+    monkeypatch.chdir(ROOT)  # the commands' paths are relative to the repository's root
+    commands = _performance_page_commands()
+    assert len(commands) >= 10, commands
     python = tmp_path / "python"
     python.write_text("#!/bin/sh\n")
     python.chmod(0o755)
-    for env in commands:
-        assert "GEMM_ARGS" not in env or env.get("GEMMS", "1") != "0", env  # GEMMS=0 would leave them unused
-        decode_gemm_bench.parse_args(["--out", "-", *shlex.split(env.get("GEMM_ARGS", ""))])
-        if "SMALL_M_CANDIDATES" in env:  # made from this lease's decode GEMM bench, before the engine bench
-            assert env.get("GEMMS") == "first", env
-            small_m_configs.parse_args(["--from", "-", "--out", "-", *shlex.split(env["SMALL_M_CANDIDATES"])])
-    for env in engine:
-        assert "E2E_ARGS" in env, env  # the script refuses `all` without them (bench.e2e would make every model)
-        peer_args = [a for peer in env.get("PEERS", "").split() for a in (f"--{peer}-python", str(python))]
-        # SMALL_M_CANDIDATES: the script adds the folder of the candidate files it makes (a folder of config files)
-        candidates = ["--candidate-configs", "configs"] if "SMALL_M_CANDIDATES" in env else []
-        # a later `e2e` of the same lease names the candidates folder its `all` made (the session's results folder)
-        args = ["configs" if a.endswith("/results/candidates") else a for a in shlex.split(env["E2E_ARGS"])]
-        cfg = Config.from_args(cli.parser().parse_args(
-            ["--stock-site", "-", "--models-dir", "-", "--out", "-", *peer_args, *args, *candidates]))
+    for folder, args in commands:
+        args = [str(python) if a in ("SGLANG_PY", "VLLM_0_34_PY") else a for a in args]
+        cfg = Config.from_args(cli.parser().parse_args(args))
         deep = cli.models_at_depth(cfg)
-        assert cli.run_problems(cfg, list(deep.values())) == [], args
-        assert capacity.gpu_shortfall(cfg, deep, H200_FREE) == [], args
+        assert cli.run_problems(cfg, list(deep.values())) == [], folder
+        if folder.startswith("h200_"):
+            assert capacity.gpu_shortfall(cfg, deep, H200_FREE) == [], folder
 
 
 def test_the_gpu_check_waits_for_memory_being_freed_and_refuses_at_once_what_an_empty_gpu_cannot_hold():
