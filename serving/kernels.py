@@ -8,7 +8,7 @@ Where the user has not chosen, an FP8 checkpoint on the GPU build gets, whatever
 - per-tensor FP8: CUTLASS for the linear layers and Triton for the MoE layers (patch 0001's order, which
   fp8_moe_stock_order=true hands back to vLLM);
 - DeepGEMM off (VLLM_USE_DEEP_GEMM=0), which also keeps vLLM's E8M0 activation scales off.
-These are the kernels of the engine figures (bench/RESULTS.md). vLLM left to itself probes the host instead: with
+These are the kernels of the engine figures (docs/performance.md). vLLM left to itself probes the host instead: with
 an nvcc it finds, it puts FlashInfer's blockscale GEMM (block-FP8 linear layers), DeepGEMM, and under expert
 parallelism FlashInfer's CUTLASS MoE first, each compiled with nvcc while the engine starts.
 

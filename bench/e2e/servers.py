@@ -55,8 +55,7 @@ class Matched:
 
 
 # Which setting of each peer carries which of the stock arm's (vLLM 0.32's) engine settings, and why
-# (bench/RESULTS-archive.md "Peers: the settings matched" shows this table; tests/test_e2e_bench.py checks the
-# commands against it).
+# (tests/test_e2e_bench.py checks the commands against it).
 PEERS = (
     Matched("--model DIR", "--model-path DIR", "vllm serve DIR",
             "the same checkpoint folder, served under the same name (SGLang's --served-model-name defaults to the "
@@ -284,7 +283,7 @@ def start_server(cfg: Config, model: Model, arm: str, model_dir: Path, facts: di
 # sizes). Two servers that compiled the same kernel may pick differently: the autotuner times each candidate at the
 # first call, and the arms of a model start together on one GPU, so one server's timing can run beside another's
 # work. A pick that is slower at decode sizes costs every step (the Q/K norm + RoPE kernel's picks seen take 1.6 to
-# 4.3 µs at one token on the H200: bench/RESULTS-archive.md, run 18).
+# 4.3 µs at one token on the H200).
 PICK_KEYS = ("XBLOCK", "YBLOCK", "R0_BLOCK", "R1_BLOCK", "num_warps", "num_stages")
 KERNEL_NAME = re.compile(r"'kernel_name': '(triton_\w+)'")  # an unnamed copy says 'Placeholder.DESCRIPTIVE_NAME'
 SIZE_HINTS = re.compile(r"size_hints=(\{[^}]*\})")

@@ -3,7 +3,7 @@
     python -m bench.kernels.decode_gemm --out DIR      (the image's Python; --quick: fewer sizes and configs;
                                                       --tokens M ...: the dense layers' token counts)
 
-Run 15's profile of the Qwen3-235B EP8 block shard (bench/RESULTS-archive.md) put 1.35 ms of a 6.5 ms one-client
+Run 15's profile of the Qwen3-235B EP8 block shard (docs/performance.md) put 1.35 ms of a 6.5 ms one-client
 decode step in the two block-FP8 dense GEMMs of each layer (vLLM's CUTLASS blockwise kernel: 7.2 us each at one
 token, 11.2 us at eight) and about 0.55 ms in the router gate (cuBLAS split-K and its reduction, 5.8 us a layer).
 This bench times, per shape and token count, the kernels vLLM already ships for each:

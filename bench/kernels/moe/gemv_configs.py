@@ -23,9 +23,9 @@ from serving.vllm_patches.moe_configs import GEMV_KEY, config_file_name
 from .shapes import SHAPES
 
 ROOT = Path(__file__).resolve().parents[3]
-# The kernel bench's stock-against-stock spread reached 1.9% (bench/RESULTS.md): a smaller gain is not one
+# The kernel bench's stock-against-stock spread reached 1.9% (docs/performance.md): a smaller gain is not one
 DEFAULT_MAX_RATIO = 0.95
-# The shapes whose GEMV dicts ship in configs/, each with the engine run that gated them (bench/RESULTS-archive.md)
+# The shapes whose GEMV dicts ship in configs/, each with the engine run that gated them (docs/performance.md)
 GATED = {"qwen3-235b-ep8": "run 20", "qwen3-coder-480b-ep8": "run 21"}
 
 

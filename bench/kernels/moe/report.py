@@ -1,4 +1,4 @@
-"""Markdown tables for bench/RESULTS-archive.md from the harness's JSON output
+"""Markdown tables for docs/performance.md from the harness's JSON output
 (bench_*.json, jit_*.json). CUPTI kernel times where recorded, else the
 CUDA-graph per-launch time."""
 from __future__ import annotations
