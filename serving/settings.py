@@ -81,8 +81,9 @@ SETTINGS: tuple[Setting, ...] = (
             flag="--gpu-memory-utilization", env=("CUDA_MEMORY_FRACTION",)),
     Setting("enable_expert_parallel", "Expert parallelism for MoE layers.",
             parse=parse_bool, flag="--enable-expert-parallel"),
-    Setting("moe_backend", "Force the MoE kernel backend (e.g. triton, flashinfer_cutlass); "
-            "unset: the patched default (Triton for per-tensor FP8 on Hopper).", flag="--moe-backend"),
+    Setting("moe_backend", "The MoE kernel backend (e.g. triton, flashinfer_cutlass, deep_gemm); unset: triton for an "
+            "FP8 checkpoint on the GPU build (serving/kernels.py), vLLM's choice otherwise. flashinfer_cutlass and "
+            "deep_gemm compile with nvcc at start.", flag="--moe-backend"),
     Setting("fp8_moe_stock_order", "true: vLLM's stock FP8 MoE backend order instead of the patched Triton-first "
             "order for per-tensor FP8 on Hopper (patch 0001).", parse=parse_bool, env=("LMI_FP8_MOE_STOCK_ORDER",),
             engine_env="LMI_FP8_MOE_STOCK_ORDER"),
