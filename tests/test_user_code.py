@@ -88,7 +88,8 @@ def test_lmi_body_and_header_naming_different_adapters_get_424_with_formatters_t
     r = http.post("/invocations", json={"inputs": "x", "adapters": "one", "parameters": {"max_new_tokens": 2}},
                   headers={"X-Amzn-SageMaker-Adapter-Identifier": "other"})
     assert r.status_code == 424, r.text
-    assert r.json()["field"] == "adapters" and "'one' differs" in r.json()["error"] and "'other'" in r.json()["error"]
+    assert r.json()["field"] == "adapters" and "different LoRA adapters" in r.json()["error"]
+    assert "adapters 'one'" in r.json()["error"] and "X-Amzn-SageMaker-Adapter-Identifier 'other'" in r.json()["error"]
 
 
 def test_requirements_went_to_the_cache_and_the_engine_path(http, user_code_server):
