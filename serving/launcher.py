@@ -23,7 +23,7 @@ from typing import Mapping
 
 from . import resolve
 from . import compile_cache, compile_passes, custom_code, cuda_graphs, kernels, modelinfo_cache, tuned_configs
-from . import early_checks, parallel_layout
+from . import early_checks, healthcheck, parallel_layout
 from . import group as group_roles
 from .exit_codes import ExitCode
 from .paths import ROOT
@@ -424,28 +424,6 @@ def ensure_model(p: Plan) -> None:
         download(p.s3_url, Path(p.model_path))
 
 
-def healthcheck(env: Mapping[str, str] | None = None, timeout: float = 8) -> ExitCode:
-    """GET /ping on the host and port the settings resolve to (a wildcard host: loopback)."""
-    import urllib.request
-
-    env = dict(os.environ if env is None else env)
-    try:
-        sources = resolve.Sources(env)
-        port, host = (sources.resolve_one(k).value for k in ("port", "host"))
-    except resolve.ConfigError as e:
-        print(f"unhealthy: configuration error: {e}", file=sys.stderr)
-        return ExitCode.UNHEALTHY
-    host = "127.0.0.1" if host in ("", "0.0.0.0") else "::1" if host == "::" else host
-    url = f"http://{'[' + host + ']' if ':' in host else host}:{port}/ping"
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            ok = r.status == 200
-    except OSError as e:
-        print(f"unhealthy: {url}: {e}", file=sys.stderr)
-        return ExitCode.UNHEALTHY
-    return ExitCode.OK if ok else ExitCode.UNHEALTHY
-
-
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
@@ -460,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="print the settings table (each setting's names, vLLM flag, default and meaning), then exit")
     args = ap.parse_args(argv)
     if args.healthcheck:
-        return healthcheck()
+        return healthcheck.healthcheck()
     if args.list_settings:
         from .settings import markdown_table
         print(markdown_table())

@@ -114,7 +114,7 @@ def test_the_group_splits_the_model_and_answers_as_one_process(group, server):
     assert "--headless" in wlog and "Launching vLLM (v0.32.0) headless multiproc executor" in wlog
     assert "TP rank 1" in wlog and "TP rank 0" in llog and "world_size=2" in llog
     assert "group: worker rank 1 joined" in llog and "--port" not in wlog.split("starting engine")[1].splitlines()[0]
-    from serving.launcher import healthcheck  # the image's HEALTHCHECK, on the worker's port
+    from serving.healthcheck import healthcheck  # the image's HEALTHCHECK, on the worker's port
     assert healthcheck({"OPTION_HOST": "127.0.0.1", "OPTION_PORT": worker.url.rsplit(":", 1)[1]}) == 0
 
 
