@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PLANTED_SECRETS, SERVER_NICE, await_server, early, spawn_server, starts_early, stop
+from conftest import EAGER, PLANTED_SECRETS, SERVER_NICE, await_server, early, spawn_server, starts_early, stop
 
 from tools.launcher_process import Server, free_port
 
@@ -34,12 +34,12 @@ _PORTS: dict[str, int] = {}
 
 
 def _group_env(rank: int, ports: dict[str, int]) -> dict[str, str]:
-    """Rank `rank` of a group of two on loopback: LWS's variables, tensor parallel, one core a host."""
+    """Rank `rank` of a group of two on loopback: LWS's variables, tensor parallel, one core a host, eager."""
     return {"LWS_GROUP_SIZE": "2", "LWS_WORKER_INDEX": str(rank), "LWS_LEADER_ADDRESS": "127.0.0.1",
             "OPTION_GROUP_FORM": "tp", "OPTION_MASTER_PORT": str(ports["master"]),
             "OPTION_GROUP_PORT": str(ports["link"]), "OPTION_GROUP_JOIN_TIMEOUT": "300",
             "VLLM_HOST_IP": "127.0.0.1",  # the leader's message queue address: loopback, not the host's IP
-            "VLLM_CPU_OMP_THREADS_BIND": str(rank)}
+            "VLLM_CPU_OMP_THREADS_BIND": str(rank), **EAGER}
 
 
 def _ports() -> dict[str, int]:
@@ -95,14 +95,14 @@ def _completion(srv: Server, prompt: str) -> list[tuple[str, dict[str, float]]]:
         conn.close()
 
 
-def test_the_group_splits_the_model_and_answers_as_one_process(group, server):
-    """Greedy output as the single-process server's: token for token, with the same log-probabilities, up to where
-    two tokens tie within bf16 rounding (tensor parallelism sums each layer's halves in another order, so one of two
-    near-equal tokens may win instead); there the outputs may part."""
+def test_the_group_splits_the_model_and_answers_as_one_process(group, api_servers_server):
+    """Greedy output as a single-process server's (both eager): token for token, with the same log-probabilities, up
+    to where two tokens tie within bf16 rounding (tensor parallelism sums each layer's halves in another order, so
+    one of two near-equal tokens may win instead); there the outputs may part."""
     leader, worker = group
     matched = 0
     for prompt in PROMPTS:
-        for (tok, top), (ref_tok, ref_top) in zip(_completion(leader, prompt), _completion(server, prompt)):
+        for (tok, top), (ref_tok, ref_top) in zip(_completion(leader, prompt), _completion(api_servers_server, prompt)):
             if tok != ref_tok:
                 assert abs(ref_top[ref_tok] - ref_top.get(tok, -1e9)) < TIE, (prompt, matched, top, ref_top)
                 assert abs(top[tok] - top.get(ref_tok, -1e9)) < TIE, (prompt, matched, top, ref_top)
