@@ -35,3 +35,11 @@ def test_the_engine_process_gets_the_settings_and_keeps_its_server_up_where_reco
 def test_vllm_keeps_its_server_up_through_an_engine_death_only_where_recovery_can_apply(argv, keeps_alive):
     """One API server process owns its engine, which recovery starts again; under several, vLLM's own stop stays."""
     assert keep_alive_environment({}, argv) == ({KEEP_ALIVE_ENV: "1"} if keeps_alive else {})
+
+
+def test_the_recovery_timer_refuses_no_kills():
+    from bench.http import recovery_time
+
+    with pytest.raises(SystemExit) as e:
+        recovery_time.main(["--kills", "0"])
+    assert e.value.code == 2
