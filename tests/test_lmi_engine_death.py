@@ -21,6 +21,7 @@ import psutil
 import pytest
 
 from conftest import EAGER, Server, await_server, early, spawn_server, starts_early, stop
+from tools.launcher_process import ping_status
 
 pytestmark = pytest.mark.engine
 
@@ -32,16 +33,6 @@ TP2_EXIT_BOUND_S = 30
 PING_BOUND_S = 2  # /ping turns 503 as soon as the engine client sees its engine gone
 TP2_PING_BOUND_S = 15
 STREAMS = 4
-
-
-def _ping(url: str) -> int | None:
-    try:
-        with urllib.request.urlopen(url + "/ping", timeout=2) as r:
-            return r.status
-    except urllib.error.HTTPError as e:
-        return e.code
-    except OSError:
-        return None  # not listening any more
 
 
 def _streams(url: str, n: int) -> list[dict]:
@@ -80,7 +71,7 @@ def _kill_mid_load(srv, pick, bound: float) -> tuple[int, float, list[int | None
     victim.kill()
     pings = []  # (seconds after the kill, /ping status or None)
     while srv.proc.poll() is None and time.monotonic() - t0 < bound + 30:
-        pings.append((round(time.monotonic() - t0, 1), _ping(srv.url)))
+        pings.append((round(time.monotonic() - t0, 1), ping_status(srv)))
         time.sleep(0.2)
     rc = srv.proc.wait(timeout=5)
     elapsed = time.monotonic() - t0
@@ -148,7 +139,7 @@ def test_engine_death_under_load_starts_the_engine_again_in_place(server):
     answers 503 promptly, every stream ends with its error record, then the same server process serves again with a
     new engine core (this test runs last of the session server's users)."""
     srv = server
-    assert _ping(srv.url) == 200
+    assert ping_status(srv) == 200
     streams = _streams(srv.url, STREAMS)
     try:
         assert all(s["first"].wait(120) for s in streams) and all(s["raw"] for s in streams), \
@@ -159,7 +150,7 @@ def test_engine_death_under_load_starts_the_engine_again_in_place(server):
         pings = []  # (seconds after the kill, /ping status or None)
         while time.monotonic() - t0 < RECOVERY_BOUND_S:
             assert srv.proc.poll() is None, f"the server exited with {srv.proc.returncode}\n{srv.log()[-3000:]}"
-            pings.append((round(time.monotonic() - t0, 1), _ping(srv.url)))
+            pings.append((round(time.monotonic() - t0, 1), ping_status(srv)))
             if pings[-1][1] == 200 and any(status == 503 for _, status in pings):
                 break
             time.sleep(0.2)

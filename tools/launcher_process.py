@@ -152,18 +152,23 @@ def spawn(command: list[str], env: dict[str, str], log_path: Path, port: int, *,
                   ready_path=ready_path)
 
 
-def answers_ping(srv: Server) -> bool:
-    """One GET of the server's ready_path (/ping unless spawn was told otherwise): True on 200 (http.client, not
-    urllib: no proxy variable of the host can reroute loopback)."""
+def ping_status(srv: Server) -> int | None:
+    """One GET of the server's ready_path (/ping unless spawn was told otherwise): its HTTP status, None when nothing
+    answers (http.client, not urllib: no proxy variable of the host can reroute loopback)."""
     # SGLang's /health can run a one-token generation before it answers: more than /ping's 2 s at a cold start
     conn = http.client.HTTPConnection(srv.host, timeout=2 if srv.ready_path == "/ping" else 30)
     try:
         conn.request("GET", srv.ready_path)
-        return conn.getresponse().status == 200
+        return conn.getresponse().status
     except (OSError, http.client.HTTPException):
-        return False
+        return None
     finally:
         conn.close()
+
+
+def answers_ping(srv: Server) -> bool:
+    """True when the server's ready_path answers 200 (ping_status)."""
+    return ping_status(srv) == 200
 
 
 def wait_ready(servers: list[Server], timeout: float, report: Callable[[str], None] | None = None,
