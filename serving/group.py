@@ -73,8 +73,9 @@ def user_set(r) -> bool:
     return r is not None and not r.source.startswith("default")
 
 
-def from_settings(entries: Mapping, kind: str, model_path: str, env: Mapping[str, str]) -> Group | None:
-    """The host's group from the resolved settings, or None for a single host; ConfigError naming what is wrong."""
+def from_settings(entries: Mapping, config: dict | None, no_config: str) -> Group | None:
+    """The host's group from the resolved settings and the checkpoint's config.json (parallel_layout.read_config's
+    answer: the config, or None and why not), or None for a single host; ConfigError naming what is wrong."""
     size, rank, leader = _entry(entries, SIZE), _entry(entries, RANK), _entry(entries, LEADER)
     if size is None or size.value == 1:
         if rank is not None and rank.value != 0 and size is not None:
@@ -101,18 +102,17 @@ def from_settings(entries: Mapping, kind: str, model_path: str, env: Mapping[str
     if form_entry is not None:
         form, why = str(form_entry.value).lower(), f"{FORM} from {form_entry.source}"
     else:
-        form, why = default_form(kind, model_path, entries, env)
+        form, why = default_form(config, no_config)
     sources = ", ".join(dict.fromkeys(r.source for r in (size, rank, leader)))
     return Group(n, int(rank.value), addr, form, why, int(entries[PORT].value), int(entries[JOIN_TIMEOUT].value),
                  sources)
 
 
-def default_form(kind: str, model_path: str, entries: Mapping, env: Mapping[str, str]) -> tuple[str, str]:
-    """(form, why) from the checkpoint's config.json: `dp_ep` for a Mixture-of-Experts model, `tp` otherwise."""
-    from .parallel_layout import Checkpoint, read_config
+def default_form(config: dict | None, why: str) -> tuple[str, str]:
+    """(form, why) from the checkpoint's config.json (None: not read, `why` says why): `dp_ep` for a
+    Mixture-of-Experts model, `tp` otherwise."""
+    from .parallel_layout import Checkpoint
 
-    rev = entries.get("revision")
-    config, why = read_config(kind, model_path, str(rev.value) if rev is not None else None, env)
     try:
         experts = Checkpoint.from_config(config).experts if config is not None else None
     except (ValueError, TypeError, KeyError) as e:

@@ -303,8 +303,8 @@ def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
                        (compile_passes.qk_norm_rope_config, s.qk_norm_rope_fusion),
                        (compile_passes.norm_quant_config, s.norm_quant),
                        (compile_passes.compile_sizes_config, s.compile_decode_tokens)):
-        config, note = add(value, added or user_config, res.entries, is_cpu_build(), eager)
-        added = config or added
+        part, note = add(value, added or user_config, res.entries, is_cpu_build(), eager)
+        added = part or added
         if note:
             notes.append(note)
     compile_config = json.dumps(added) if added else None
@@ -322,7 +322,7 @@ def plan(env: Mapping[str, str] | None = None, vllm_args=None) -> Plan:
     if compile_config and "compilation_config" not in res.entries:
         argv += vllm_args.argv(vllm_args.flag_for("compilation_config"), compile_config)
     argv += ["--middleware", LMI_MIDDLEWARE]
-    grp = group_roles.from_settings(res.entries, kind, model_path, env)
+    grp = group_roles.from_settings(res.entries, config, no_config)
     if grp is not None:  # the leader's or a headless worker's command, with the whole group's parallelism
         per_host = 1 if is_cpu_build() else visible_gpus(env)
         argv, role = group_roles.arrange(argv, res.entries, grp, per_host, vllm_args)
