@@ -14,10 +14,9 @@ import json
 import os
 import signal
 import time
-from pathlib import Path
 
 import pytest
-from conftest import EAGER, PLANTED_SECRETS, SERVER_NICE, await_server, early, spawn_server, starts_early, stop
+from conftest import EAGER, PLANTED_SECRETS, SERVER_NICE, await_server, spawn_server, stop
 
 from tools.launcher_process import Server, free_port
 
@@ -48,24 +47,16 @@ def _ports() -> dict[str, int]:
     return _PORTS
 
 
-@starts_early("group_leader")
-def _group_leader(tmp: Path, nice: int) -> Server:
-    return spawn_server(tmp, _group_env(0, _ports()), nice=nice)
-
-
-@starts_early("group_worker")
-def _group_worker(tmp: Path, nice: int) -> Server:
-    return spawn_server(tmp, _group_env(1, _ports()), nice=nice)
+# Not started early: the session's early servers boot together, and two more engine processes among them take the
+# suite's peak memory to the 2-core machine's 24 GiB.
+@pytest.fixture(scope="module")
+def group_leader(tmp_path_factory) -> Server:
+    return spawn_server(tmp_path_factory.mktemp("group_leader"), _group_env(0, _ports()), nice=SERVER_NICE)
 
 
 @pytest.fixture(scope="module")
-def group_leader(request) -> Server:
-    return early(request, "group_leader")  # spawned, not awaited: it waits for its worker
-
-
-@pytest.fixture(scope="module")
-def group_worker(request) -> Server:
-    return early(request, "group_worker")
+def group_worker(tmp_path_factory) -> Server:
+    return spawn_server(tmp_path_factory.mktemp("group_worker"), _group_env(1, _ports()), nice=SERVER_NICE)
 
 
 @pytest.fixture(scope="module")
