@@ -254,14 +254,19 @@ def test_each_servers_kv_pool_is_read_from_its_engines_log():
     logs = "h200_block_20/e2e-live-logs.tar.gz"
     stock = kv_pool.pool_facts(_recorded_log(logs, "logs/qwen3-235b-ep8-block@94L.stock.log"))
     image = kv_pool.pool_facts(_recorded_log(logs, "logs/qwen3-235b-ep8-block@94L.image.log"))
-    assert stock == {"kv_tokens": 33456, "graphs_gib": 1.17} and image == {"kv_tokens": 33456, "graphs_gib": 0.34}
+    assert stock == {"kv_tokens": 33456, "graphs_gib": 1.17, "weights_gib": 27.53}
+    assert image == {"kv_tokens": 33456, "graphs_gib": 0.34, "weights_gib": image["weights_gib"]}
+    assert image["weights_gib"] > 27
     sglang = _recorded_log("h100_block_34/e2e-logs.tar.gz", "logs/qwen3-235b-ep8-block@94L.sglang.log")
     assert kv_pool.pool_facts(sglang) == {"kv_tokens": 145008, "kv_gib": 6.5, "graphs_gib": 9.73}
     sized = ("INFO [gpu_worker.py:760] Available KV cache memory: 16.46 GiB\n"
              "INFO [kv_cache_utils.py:2327] GPU KV cache size: 719,248 tokens, Maximum concurrency for 16,384 tokens "
-             "per request: 43.90x\n")
+             "per request: 43.90x\n"
+             "INFO [gpu_model_runner.py:5150] Model loading took 14.1 GiB memory and 20.5 seconds\n"
+             "INFO [gpu_model_runner.py:6470] Estimated CUDA graph memory: 2.31 GiB total\n")
     facts = servers.log_facts(type("S", (), {"log": lambda self: sized, "name": "m.image"})())
     assert facts["kv_tokens"] == 719248 and facts["kv_gib"] == 16.46
+    assert facts["weights_gib"] == 14.1 and facts["graphs_estimate_gib"] == 2.31
     assert kv_pool.pool_facts("no pool yet") == {"kv_tokens": None}
     assert kv_pool.held_at_once(719248, 4032) == 719248 // 4032 and kv_pool.held_at_once(33456, 257) == 33456 // 272
 

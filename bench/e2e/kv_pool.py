@@ -2,7 +2,8 @@
 
 vLLM logs its pool once its memory profile (or --kv-cache-memory-bytes) has sized it: 'GPU KV cache size: N tokens'
 (the device's name first), 'Available KV cache memory: X GiB', and after its capture 'Graph capturing finished in S
-secs, took Y GiB'. SGLang logs 'KV Cache is allocated. ... #tokens: N, K size: A GB, V size: B GB' and, per kind of
+secs, took Y GiB'; before them 'Model loading took W GiB memory' and, where it sizes the pool itself, 'Estimated
+CUDA graph memory: E GiB total' (what its profile set aside for the graphs). SGLang logs 'KV Cache is allocated. ... #tokens: N, K size: A GB, V size: B GB' and, per kind of
 graph it captures, 'Capture target decode CUDA graph end. ... mem usage=Y GB'. pool_facts reads them
 (servers.log_facts keeps them per server in e2e.json); summary_lines sets them beside every workload's figures
 (e2e.md, after report.summarize's tables; report code may call it)."""
@@ -14,14 +15,17 @@ import statistics
 VLLM_TOKENS = re.compile(r"\b\w+(?: \+ host)? KV cache size: ([\d,]+) tokens")
 VLLM_KV_GIB = re.compile(r"Available KV cache memory: ([\d.]+) GiB")
 VLLM_GRAPHS_GIB = re.compile(r"Graph capturing finished in [\d.]+ secs?, took ([\d.]+) GiB")
+VLLM_WEIGHTS_GIB = re.compile(r"Model loading took ([\d.]+) GiB memory")
+VLLM_GRAPHS_ESTIMATE_GIB = re.compile(r"Estimated CUDA graph memory: ([\d.]+) GiB total")
 SGLANG_POOL = re.compile(r"KV Cache is allocated\..*?#tokens: (\d+), K size: ([\d.]+) GB, V size: ([\d.]+) GB")
 SGLANG_GRAPHS_GB = re.compile(r"Capture (?:\w+ )*?cuda graph end\..*?mem usage=([\d.]+) GB", re.I)
 BLOCK = 16  # vLLM's KV block, the unit a request's tokens are held in
 
 
 def pool_facts(log: str) -> dict:
-    """The KV pool an engine's log reports: kv_tokens (None where the log names none yet), kv_gib and graphs_gib
-    where it gives them (SGLang's in GB, as it logs them). The last report counts: an engine logs its pool once."""
+    """The KV pool an engine's log reports: kv_tokens (None where the log names none yet), kv_gib, graphs_gib,
+    weights_gib and graphs_estimate_gib where it gives them (SGLang's in GB, as it logs them). The last report
+    counts: an engine logs its pool once."""
     facts: dict = {"kv_tokens": None}
     if found := VLLM_TOKENS.findall(log):
         facts["kv_tokens"] = int(found[-1].replace(",", ""))
@@ -30,6 +34,9 @@ def pool_facts(log: str) -> dict:
     if found := SGLANG_POOL.findall(log):
         tokens, k, v = found[-1]
         facts.update(kv_tokens=int(tokens), kv_gib=round(float(k) + float(v), 2))
+    for key, pattern in (("weights_gib", VLLM_WEIGHTS_GIB), ("graphs_estimate_gib", VLLM_GRAPHS_ESTIMATE_GIB)):
+        if found := pattern.findall(log):
+            facts[key] = float(found[-1])
     if found := VLLM_GRAPHS_GIB.findall(log):
         facts["graphs_gib"] = float(found[-1])
     elif found := SGLANG_GRAPHS_GB.findall(log):  # one line per graph kind it captures (prefill, decode)
@@ -57,15 +64,16 @@ def pool_table(results: dict) -> list[str]:
     longest = max((w["shape"]["prompt_tokens"][1] + w["shape"]["output_tokens"][1]
                    for m in results["models"].values() for w in m.get("workloads", {}).values()), default=None)
     out = ["", f"| server | KV pool ({args.get('kv_pool', 'fixed')}, context {args.get('max_model_len', '-')}) | "
-           "KV tokens | KV memory (GiB) | CUDA graphs (GiB) | tokens / stock's | longest requests held at once |",
-           "|---|---|---|---|---|---|---|"]
+           "KV tokens | KV memory (GiB) | CUDA graphs (GiB) | graphs set aside (GiB) | weights (GiB) | tokens / stock's | "
+           "longest requests held at once |", "|---|---|---|---|---|---|---|---|---|"]
     for name, s in servers.items():
         model = _model_of(name, results)
         stock = results["servers"].get(f"{model}.stock", {}).get("kv_tokens") if model else None
         ratio = f"{s['kv_tokens'] / stock:.3f}" if stock else "-"
         held = held_at_once(s["kv_tokens"], longest) if longest else "-"
         out.append(f"| {name} | {'sized by its engine' if args.get('kv_pool') == 'sized' else 'fixed'} | "
-                   f"{s['kv_tokens']:,} | {s.get('kv_gib', '-')} | {s.get('graphs_gib', '-')} | {ratio} | {held} |")
+                   f"{s['kv_tokens']:,} | {s.get('kv_gib', '-')} | {s.get('graphs_gib', '-')} | "
+                   f"{s.get('graphs_estimate_gib', '-')} | {s.get('weights_gib', '-')} | {ratio} | {held} |")
     return out
 
 
