@@ -263,10 +263,14 @@ def test_each_servers_kv_pool_is_read_from_its_engines_log():
              "INFO [kv_cache_utils.py:2327] GPU KV cache size: 719,248 tokens, Maximum concurrency for 16,384 tokens "
              "per request: 43.90x\n"
              "INFO [gpu_model_runner.py:5150] Model loading took 14.1 GiB memory and 20.5 seconds\n"
-             "INFO [gpu_model_runner.py:6470] Estimated CUDA graph memory: 2.31 GiB total\n")
+             "INFO [gpu_worker.py:774] CUDA graph memory profiling is enabled (default since v0.21.0). The current "
+             "--gpu-memory-utilization=0.4500 is equivalent to --gpu-memory-utilization=0.3977 without CUDA graph "
+             "memory profiling. To maintain the same effective KV cache size as before, increase ...\n"
+             "INFO [gpu_worker.py:1059] Free memory on device (42.87/79.18 GiB) on startup. Desired GPU memory "
+             "utilization is (0.45, 35.63 GiB). Actual usage is 14.63 GiB for consumed memory\n")
     facts = servers.log_facts(type("S", (), {"log": lambda self: sized, "name": "m.image"})())
     assert facts["kv_tokens"] == 719248 and facts["kv_gib"] == 16.46
-    assert facts["weights_gib"] == 14.1 and facts["graphs_estimate_gib"] == 2.31
+    assert facts["weights_gib"] == 14.1 and facts["graphs_estimate_gib"] == 4.14  # 0.0523 of 79.18 GiB
     assert kv_pool.pool_facts("no pool yet") == {"kv_tokens": None}
     assert kv_pool.held_at_once(719248, 4032) == 719248 // 4032 and kv_pool.held_at_once(33456, 257) == 33456 // 272
 

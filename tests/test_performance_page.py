@@ -54,7 +54,7 @@ def test_a_later_run_replaces_the_cell_it_measured(tree):
     """A run dated after the others, on the 235B EP8 shard against stock at 128 clients with the image's tokens/s
     doubled, is the headline's cell there; the earlier run stays the cell at the concurrencies it alone measured."""
     data = tree / "bench" / "data"
-    src, new = data / "h100_block_46", data / "h100_block_47"
+    src, new = data / "h100_block_46", data / "h100_block_later"
     results = json.loads((src / "e2e.json").read_text())
     model = results["models"]["qwen3-235b-ep8-block@94L"]
     for rep in model["reps"]["image"]:
@@ -72,7 +72,7 @@ def test_a_later_run_replaces_the_cell_it_measured(tree):
                                    if ln.startswith(row[:50])).strip("|").split("|")]
     assert cells[2:5] == was[2:5] and cells[5] != was[5] and cells[5].endswith(" H100"), (was, cells)
     assert float(cells[5].split()[0]) == pytest.approx(2 * float(was[5].split()[0]), abs=0.02)
-    assert "h100_block_47" in (tree / PAGE).read_text() and "| [h100_block_47](h100_block_47/) |" in \
+    assert "h100_block_later" in (tree / PAGE).read_text() and "| [h100_block_later](h100_block_later/) |" in \
         (tree / INDEX).read_text()
 
 

@@ -2,8 +2,9 @@
 
 vLLM logs its pool once its memory profile (or --kv-cache-memory-bytes) has sized it: 'GPU KV cache size: N tokens'
 (the device's name first), 'Available KV cache memory: X GiB', and after its capture 'Graph capturing finished in S
-secs, took Y GiB'; before them 'Model loading took W GiB memory' and, where it sizes the pool itself, 'Estimated
-CUDA graph memory: E GiB total' (what its profile set aside for the graphs). SGLang logs 'KV Cache is allocated. ... #tokens: N, K size: A GB, V size: B GB' and, per kind of
+secs, took Y GiB'; before them 'Model loading took W GiB memory' and, where it sizes the pool itself, '--gpu-memory-utilization=U is
+equivalent to --gpu-memory-utilization=V without CUDA graph memory profiling' (the share its profile set aside for
+the graphs) and 'Desired GPU memory utilization is (U, R GiB)'. SGLang logs 'KV Cache is allocated. ... #tokens: N, K size: A GB, V size: B GB' and, per kind of
 graph it captures, 'Capture target decode CUDA graph end. ... mem usage=Y GB'. pool_facts reads them
 (servers.log_facts keeps them per server in e2e.json); summary_lines sets them beside every workload's figures
 (e2e.md, after report.summarize's tables; report code may call it)."""
@@ -16,7 +17,11 @@ VLLM_TOKENS = re.compile(r"\b\w+(?: \+ host)? KV cache size: ([\d,]+) tokens")
 VLLM_KV_GIB = re.compile(r"Available KV cache memory: ([\d.]+) GiB")
 VLLM_GRAPHS_GIB = re.compile(r"Graph capturing finished in [\d.]+ secs?, took ([\d.]+) GiB")
 VLLM_WEIGHTS_GIB = re.compile(r"Model loading took ([\d.]+) GiB memory")
-VLLM_GRAPHS_ESTIMATE_GIB = re.compile(r"Estimated CUDA graph memory: ([\d.]+) GiB total")
+# What the memory profile set aside for CUDA graphs, as vLLM 0.32 says it: the share of the GPU it took off
+# --gpu-memory-utilization, and (after the capture) the share's size in GiB
+VLLM_GRAPH_SHARE = re.compile(r"--gpu-memory-utilization=([\d.]+) is equivalent to --gpu-memory-utilization=([\d.]+) "
+                              r"without CUDA graph memory profiling")
+VLLM_REQUESTED = re.compile(r"Desired GPU memory utilization is \(([\d.]+), ([\d.]+) GiB\)")
 SGLANG_POOL = re.compile(r"KV Cache is allocated\..*?#tokens: (\d+), K size: ([\d.]+) GB, V size: ([\d.]+) GB")
 SGLANG_GRAPHS_GB = re.compile(r"Capture (?:\w+ )*?cuda graph end\..*?mem usage=([\d.]+) GB", re.I)
 BLOCK = 16  # vLLM's KV block, the unit a request's tokens are held in
@@ -34,9 +39,11 @@ def pool_facts(log: str) -> dict:
     if found := SGLANG_POOL.findall(log):
         tokens, k, v = found[-1]
         facts.update(kv_tokens=int(tokens), kv_gib=round(float(k) + float(v), 2))
-    for key, pattern in (("weights_gib", VLLM_WEIGHTS_GIB), ("graphs_estimate_gib", VLLM_GRAPHS_ESTIMATE_GIB)):
-        if found := pattern.findall(log):
-            facts[key] = float(found[-1])
+    if found := VLLM_WEIGHTS_GIB.findall(log):
+        facts["weights_gib"] = float(found[-1])
+    if (share := VLLM_GRAPH_SHARE.findall(log)) and (requested := VLLM_REQUESTED.findall(log)):
+        (util, without), (util_again, gib) = share[-1], requested[-1]
+        facts["graphs_estimate_gib"] = round((float(util) - float(without)) * float(gib) / float(util_again), 2)
     if found := VLLM_GRAPHS_GIB.findall(log):
         facts["graphs_gib"] = float(found[-1])
     elif found := SGLANG_GRAPHS_GB.findall(log):  # one line per graph kind it captures (prefill, decode)

@@ -10,7 +10,7 @@ from serving.paths import ROOT
 
 from .kernels import kernel_table
 from .runs import RunError, read_runs
-from .tables import headline, layout_sections
+from .tables import deployment_sections, headline, layout_sections
 
 TEMPLATE = Path(__file__).with_name("performance.md")
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
@@ -84,10 +84,12 @@ def render(root: Path = ROOT) -> dict[Path, str]:
         raise ReportError(str(e)) from e
     table = headline(runs)
     sections, cited = layout_sections(runs)
+    deployments, deployment_runs = deployment_sections(runs)
+    cited |= deployment_runs
     kernels, benches = kernel_table(data)
     cited |= {b.split("/")[0] for b in benches}
     page = fill(TEMPLATE.read_text(), {"generated": [GENERATED], "headline": table, "layouts": sections,
-                                       "kernels": kernels})
+                                       "deployments": deployments, "kernels": kernels})
     return {PAGE: page, README: readme_block((root / README).read_text(), table), INDEX: index(data, cited)}
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+from bench.e2e.kv_pool import pool_table, workload_table
 from bench.e2e.report import paired_ratios
 from bench.e2e.workload import THROUGHPUT_CONCURRENCY
 
@@ -134,3 +135,18 @@ def layout_sections(runs: list[Run]) -> tuple[list[str], set[str]]:
             out.append("")
         out += start_table(runs, lay)
     return out, cited_all
+
+
+def deployment_sections(runs: list[Run]) -> tuple[list[str], set[str]]:
+    """A section per run whose engines sized their own KV pools (--kv-pool sized) or that measured other workload
+    shapes than today's: every server's KV pool, each shape's figures, and the run's command; and the folders cited.
+    The tables are the engine bench's own (bench.e2e.kv_pool), as its e2e.md shows them."""
+    out, cited = [], set()
+    for run in reversed(runs):  # newest first
+        args = run.results.get("args", {})
+        if args.get("kv_pool") != "sized" and args.get("workloads", "['default']") == "['default']":
+            continue
+        cited.add(run.folder)
+        out += ["", f"### [{run.folder}](../bench/data/{run.folder}/) ({run.date}, one {run.gpu})",
+                *pool_table(run.results), *workload_table(run.results), "", f"Reproduce: `{run.command}`"]
+    return out, cited
