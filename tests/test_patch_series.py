@@ -359,3 +359,18 @@ def test_every_patch_has_dep3_header_and_post_condition():
         for key in ("Description", "Origin", "Forwarded", "Applied-Upstream", "Last-Update"):
             assert p.header(key), (p.name, key)
         assert p.post_conditions, p.name
+
+
+def test_graph_memory_profile_counts_every_graph_it_captured(monkeypatch):
+    """Patch 0014 in the installed (patched) vLLM: with its switch on the profile captures every FULL graph and
+    sets aside their sum; with a sample of the largest two it extrapolates as vLLM does."""
+    from vllm.v1.worker.gpu import cudagraph_utils as cg
+
+    mib = 1 << 20
+    samples = [2048 * mib, 40 * mib, 3 * mib, 2 * mib, 1 * mib]
+    assert cg._extrapolate_full_graph_memory(samples, len(samples)) == sum(samples)
+    assert cg._extrapolate_full_graph_memory(samples[:2], len(samples)) == 2048 * mib + 4 * 40 * mib
+    monkeypatch.delenv(cg.LMI_CUDA_GRAPH_PROFILE_ALL_ENV, raising=False)
+    assert not cg._lmi_profile_every_full_graph()
+    monkeypatch.setenv(cg.LMI_CUDA_GRAPH_PROFILE_ALL_ENV, "1")
+    assert cg._lmi_profile_every_full_graph()

@@ -120,6 +120,16 @@ def test_one_pass_topk_switch_reaches_the_engine_environment(va, model_dir, name
     with pytest.raises(resolve.ConfigError, match=f"moe_one_pass_topk from env {name}: 'maybe' is not a boolean"):
         plan(va, model_dir, {name: "maybe"})
 
+@pytest.mark.parametrize("name", ["OPTION_CUDA_GRAPH_PROFILE_ALL", "LMI_CUDA_GRAPH_PROFILE_ALL"])
+def test_graph_profile_switch_reaches_the_engine_environment(va, model_dir, name):
+    """Patch 0014's switch: off unless set, normalized for the engine, refused at start when not a boolean."""
+    assert plan(va, model_dir, {name: "true"}).env["LMI_CUDA_GRAPH_PROFILE_ALL"] == "1"
+    assert plan(va, model_dir, {name: "off"}).env["LMI_CUDA_GRAPH_PROFILE_ALL"] == "0"
+    assert "LMI_CUDA_GRAPH_PROFILE_ALL" not in plan(va, model_dir, {}).env
+    with pytest.raises(resolve.ConfigError, match=f"cuda_graph_profile_all from env {name}: 'all' is not a boolean"):
+        plan(va, model_dir, {name: "all"})
+
+
 def test_hf_model_id_is_the_model(va, model_dir):
     p = plan(va, model_dir, {"HF_MODEL_ID": "Qwen/Qwen3-235B-A22B-FP8"})
     assert served_model(p) == "Qwen/Qwen3-235B-A22B-FP8"
