@@ -374,3 +374,15 @@ def test_graph_memory_profile_counts_every_graph_it_captured(monkeypatch):
     assert not cg._lmi_profile_every_full_graph()
     monkeypatch.setenv(cg.LMI_CUDA_GRAPH_PROFILE_ALL_ENV, "1")
     assert cg._lmi_profile_every_full_graph()
+
+
+def test_graph_splits_are_bounded_by_the_steps_tokens():
+    """Patch 0015 in the installed (patched) vLLM: above the budget a step's splits shrink so that splits x tokens
+    stays within vLLM's bound x budget; at or below it, and with no budget, vLLM's bound stands."""
+    from vllm.v1.attention.backends import flash_attn as fa
+
+    assert fa.LMI_GRAPH_SPLIT_TOKENS == 0  # the suite's engine runs without the switch
+    assert [fa.lmi_graph_splits(32, t, 512) for t in (1, 512, 640, 1024, 8192, 20000)] == [32, 32, 25, 16, 2, 1]
+    assert all(fa.lmi_graph_splits(32, t, 512) * t <= 32 * 512 for t in range(513, 9000, 7))
+    assert fa.lmi_graph_splits(32, 8192, 0) == 32 and fa.lmi_graph_splits(32, 8192) == 32
+    assert fa.lmi_graph_splits(1, 8192, 512) == 1

@@ -130,6 +130,15 @@ def test_graph_profile_switch_reaches_the_engine_environment(va, model_dir, name
         plan(va, model_dir, {name: "all"})
 
 
+@pytest.mark.parametrize("name", ["OPTION_FLASH_ATTN_GRAPH_SPLIT_TOKENS", "LMI_FLASH_ATTN_GRAPH_SPLIT_TOKENS"])
+def test_graph_split_tokens_reach_the_engine_environment(va, model_dir, name):
+    """Patch 0015's bound: off unless set, passed on as a count, refused at start when not one."""
+    assert plan(va, model_dir, {name: "512"}).env["LMI_FLASH_ATTN_GRAPH_SPLIT_TOKENS"] == "512"
+    assert "LMI_FLASH_ATTN_GRAPH_SPLIT_TOKENS" not in plan(va, model_dir, {}).env
+    with pytest.raises(resolve.ConfigError, match=f"flash_attn_graph_split_tokens from env {name}"):
+        plan(va, model_dir, {name: "-1"})
+
+
 def test_hf_model_id_is_the_model(va, model_dir):
     p = plan(va, model_dir, {"HF_MODEL_ID": "Qwen/Qwen3-235B-A22B-FP8"})
     assert served_model(p) == "Qwen/Qwen3-235B-A22B-FP8"
