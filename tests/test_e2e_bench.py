@@ -720,7 +720,7 @@ def test_the_arms_start_together_or_one_at_a_time_with_start_alone(tmp_path, mon
     r = e2e_run.Run(cfg, 1000)
     group = {}
     try:
-        r.start(m, tmp_path / "model", group)
+        r.start(m, tmp_path / "model", list(m.arms), group)
     finally:
         for s in group.values():
             stop(s.proc, grace=5)

@@ -312,3 +312,49 @@ def test_a_run_measures_each_shape_in_turn_records_each_and_the_summary_shows_th
     burst = next(ln for ln in md.splitlines() if ln.startswith("| tiny-cpu | burst (prompts 8, outputs 4) | 128 | "
                                                                "image |"))
     assert burst.endswith("(stock) |") and not burst.endswith("| - (stock) |")  # its paired ratio over stock's
+
+
+def test_one_at_a_time_serves_each_arm_alone_so_each_may_take_a_deployments_share(tmp_path):
+    """--one-at-a-time: a group per arm, so three arms at a deployment's --gpu-mem 0.9 fit one H200 at 94 layers,
+    where together they are refused naming the share; the cross-check, which measures arms side by side, is
+    refused with it."""
+    argv = ("--models", "qwen3-235b-ep8-block", "--layers", "94", "--arms", "stock", "image",
+            "image-graph-profile-all")
+    together = _sized(tmp_path, *argv, "--gpu-mem", "0.9")
+    alone = _sized(tmp_path, *argv, "--gpu-mem", "0.9", "--one-at-a-time")
+    m = cli.models_at_depth(alone)["qwen3-235b-ep8-block"]
+    assert together.serving_groups(m) == [["stock", "image", "image-graph-profile-all"]]
+    assert alone.serving_groups(m) == [["stock"], ["image"], ["image-graph-profile-all"]]
+    gib, total = 1 << 30, 143771 << 20
+    models_ = {m.name: m}
+    [problem] = capacity.sized_shortfall(together, models_, 140 * gib, total)
+    assert "its 3 servers (stock, image, image-graph-profile-all)" in problem
+    assert capacity.sized_shortfall(alone, models_, 140 * gib, total) == []
+    assert cli.run_problems(alone, [m]) == [] and alone.record()["one_at_a_time"] == "True"
+    crossed = _sized(tmp_path, *argv, "--one-at-a-time", "--cross-check", "1")
+    assert cli.run_problems(crossed, [m]) == [
+        "--one-at-a-time serves one arm at a time; --cross-check measures the arms side by side: give one"]
+
+
+def test_arms_measured_one_after_the_other_are_paired_by_repetition(tmp_path, engine):
+    """Run.measure once per arm, as --one-at-a-time calls it: each arm's repetitions are kept beside the others',
+    and the summary pairs repetition r of the image with repetition r of stock."""
+    cfg = _sized(tmp_path, "--models", "tiny-cpu", "--reps", "2", "--waves", "1", "--clients", "1", "--in-tokens",
+                 "8", "--out-tokens", "4", "--one-at-a-time")
+    cfg.out.mkdir(parents=True)
+    r = Run(cfg, 512)
+    for arm in ("stock", "image"):
+        log = tmp_path / f"{arm}.log"
+        log.write_text("INFO GPU KV cache size: 1,000 tokens, Maximum concurrency for 16,384 tokens per request: "
+                       "1.00x\n")
+        r.measure(models.CPU_CHECK, {arm: Server(url=f"http://{engine.host}", proc=None, log_path=log,
+                                                 name=f"tiny-cpu.{arm}")}, tmp_path)
+    res = json.loads((cfg.out / "e2e.json").read_text())
+    reps = res["models"]["tiny-cpu"]["reps"]
+    assert [len(reps[a]) for a in ("stock", "image")] == [2, 2] and set(res["models"]["tiny-cpu"]["first_pass"]) == {
+        "stock", "image"}
+    md = (cfg.out / "e2e.md").read_text()
+    row = next(ln for ln in md.splitlines() if ln.startswith("| tiny-cpu | image | tok_s | 1 |"))
+    ratios = [a["throughput"]["1"]["tok_s"] / b["throughput"]["1"]["tok_s"] for a, b in zip(reps["image"],
+                                                                                          reps["stock"])]
+    assert f"| {statistics.median(ratios):.3f} |" in row

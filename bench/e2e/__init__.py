@@ -44,6 +44,8 @@ deployment's 16,384 unless given; a shard is made with as many positions), as a 
 at a time (--start-alone), each sizing its pool with no other start's allocations in the way, and SGLang's
 --mem-fraction-static is the same share of the GPU over the memory free at its start. Every server's KV tokens, KV
 and CUDA-graph memory are read from its log (kv_pool) and shown in e2e.md beside each shape's figures.
+--one-at-a-time serves each arm alone, started, measured and stopped before the next, so that each may take a
+deployment's share of the GPU (--gpu-mem 0.9); a ratio then pairs repetitions that ran one after the other.
 
 Both arms take OpenAI bodies on /v1/completions (stock vLLM has no LMI bodies); what LMI bodies
 cost on top is measured by bench/http/lmi_vs_openai.py. Results: OUT/e2e.json and OUT/e2e.md.

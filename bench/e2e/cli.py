@@ -70,6 +70,11 @@ def parser() -> argparse.ArgumentParser:
                    help="start a model's arms one at a time, each ready (or failed) before the next starts, so that "
                         "each start to ready is measured without the others' load; the run waits their sum instead "
                         "of the longest (default: together)")
+    p.add_argument("--one-at-a-time", action="store_true",
+                   help="serve a model's arms one at a time: each started alone on the GPU, measured and stopped "
+                        "before the next starts, so each may take a deployment's share of the GPU (--kv-pool sized "
+                        "--gpu-mem 0.9); an arm's repetitions then run after the one before's, not interleaved with "
+                        "them, and a ratio pairs repetitions by their number")
     p.add_argument("--profile", action="store_true",
                    help="a torch-profiler window per arm at each --profile-clients concurrency, after the repetitions")
     p.add_argument("--profile-clients", type=int, nargs="+", default=d("profile_clients"),
@@ -162,10 +167,18 @@ def with_positions(m: Model, cfg: Config) -> Model:
     return replace(m, positions=cfg.max_model_len)
 
 
+def one_at_a_time_problems(cfg: Config) -> list[str]:
+    """The cross-check measures the arms of a model side by side, which --one-at-a-time does not serve."""
+    if cfg.one_at_a_time and cfg.cross_check:
+        return ["--one-at-a-time serves one arm at a time; --cross-check measures the arms side by side: give one"]
+    return []
+
+
 def run_problems(cfg: Config, chosen: list[Model]) -> list[str]:
     """What refuses a run before anything starts, the GPU's memory aside: a peer runtime not given, an arm no chosen
-    model has, a context longer than a checkpoint's positions."""
-    return missing_runtimes(cfg) + arms_no_model_has(cfg, chosen) + contexts_too_long(cfg, chosen)
+    model has, a context longer than a checkpoint's positions, the cross-check with --one-at-a-time."""
+    return (missing_runtimes(cfg) + arms_no_model_has(cfg, chosen) + contexts_too_long(cfg, chosen)
+            + one_at_a_time_problems(cfg))
 
 
 def models_at_depth(cfg: Config) -> dict[str, Model]:

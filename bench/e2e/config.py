@@ -54,6 +54,7 @@ class Config:
     workloads: tuple[str, ...] = ("default",)  # workload.shapes' names, measured in this order
     ready_timeout: float = 900
     start_alone: bool = False  # the arms start one at a time, each ready before the next (run.Run.start)
+    one_at_a_time: bool = False  # each arm served alone: started, measured and stopped before the next starts
     profile: bool = False
     profile_clients: tuple[int, ...] = (1, 32)  # a profile window at each of these concurrencies (--profile)
     profile_tokens: int | None = None  # output tokens of a profile window's requests; None: out_tokens
@@ -101,8 +102,14 @@ class Config:
         return max(need, DEPLOYMENT_MODEL_LEN) if self.kv_pool == "sized" else need
 
     def started_arms(self, model: Model) -> list[str]:
-        """The arms of `model` this run starts, together: those --arms names, or every arm of the embedded model."""
+        """The arms of `model` this run starts: those --arms names, or every arm of the embedded model."""
         return [arm for arm in model.arms if arm in self.arms or not model.preset]
+
+    def serving_groups(self, model: Model) -> list[list[str]]:
+        """The arms of `model` served at once, group after group: all together, or with --one-at-a-time each
+        alone."""
+        arms = self.started_arms(model)
+        return [[arm] for arm in arms] if self.one_at_a_time else ([arms] if arms else [])
 
     def peer_python(self, arm: str) -> str | None:
         """The Python a peer arm runs from (PEER_RUNTIMES), None when the run was not given it."""

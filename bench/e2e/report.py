@@ -354,8 +354,11 @@ def summarize(results: dict) -> str:
     out += step_table(results)
     out += server_phase_table(results)
     out += autotune_table(results)
-    # --start-alone: each server started once the one before was ready; without it they start together
-    alone = ", each started alone" if results.get("args", {}).get("start_alone") == "True" else ""
+    # --start-alone: each server started once the one before was ready; --one-at-a-time: once the one before had
+    # stopped; without either they start together
+    args = results.get("args", {})
+    alone = (", each served alone" if args.get("one_at_a_time") == "True"
+             else ", each started alone" if args.get("start_alone") == "True" else "")
     out += ["", f"| server | start to ready (s){alone}: /ping 200, SGLang /health 200 | first request TTFT (ms) | JIT "
             "warnings | FlashInfer JIT builds | prefix-cache hits (tokens found of looked up, after the repetitions) |",
             "|---|---|---|---|---|---|"]

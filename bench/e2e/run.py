@@ -57,9 +57,9 @@ class Run:
 
     def model(self, m: Model) -> None:
         """One model: its arms start (together, or with --start-alone one at a time: Run.start), are measured,
-        and are stopped before the next model starts. Never all models at once: up to 9 cold starts
-        and their JIT builds (FlashInfer's fused_moe_90, DeepGEMM's warm-up) on 16 cores put the load at 60,
-        skew every figure, and get the bench itself killed for memory."""
+        and are stopped before the next model starts; with --one-at-a-time each arm in turn alone. Never all
+        models at once: up to 9 cold starts and their JIT builds (FlashInfer's fused_moe_90, DeepGEMM's warm-up)
+        on 16 cores put the load at 60, skew every figure, and get the bench itself killed for memory."""
         cfg = self.cfg
         t0 = time.monotonic()
         model_dir = make_model(m, cfg.models_dir)
@@ -67,9 +67,19 @@ class Run:
         lacks = [arm for arm in cfg.arms if arm not in m.arms]
         if m.preset and lacks and cfg.arms != Config.default("arms"):
             log(f"{m.name}: has no arm {', '.join(lacks)} (its arms: {', '.join(m.arms)}); those are not run on it")
+        try:
+            for arms in cfg.serving_groups(m):
+                self.serve(m, model_dir, arms)
+        finally:
+            if cfg.drop_models:
+                shutil.rmtree(model_dir, ignore_errors=True)
+
+    def serve(self, m: Model, model_dir: Path, arms: list[str]) -> None:
+        """One group of the model's arms: started, measured, stopped; their logs kept under OUT/logs."""
+        cfg = self.cfg
         group: dict[str, Server] = {}  # every server started, for the `finally` to stop (a later start may raise)
         try:
-            self.start(m, model_dir, group)
+            self.start(m, model_dir, arms, group)
             for s in group.values():
                 self.results["servers"][s.name] = {"ready_s": round(s.ready_s, 1) if s.ready_s else None,
                                                    "failed": s.failed}
@@ -85,15 +95,13 @@ class Run:
                 (cfg.out / "logs").mkdir(exist_ok=True)
                 shutil.copy(s.log_path, cfg.out / "logs" / f"{s.name}.log")
             self.save()
-            if cfg.drop_models:
-                shutil.rmtree(model_dir, ignore_errors=True)
 
-    def start(self, m: Model, model_dir: Path, group: dict[str, Server]) -> None:
-        """Start the model's arms into `group` and wait for them: together (each start to ready under the others'
+    def start(self, m: Model, model_dir: Path, arms: list[str], group: dict[str, Server]) -> None:
+        """Start `arms` of the model into `group` and wait for them: together (each start to ready under the others'
         load, as a host serving several models would see it), or with --start-alone one at a time, each ready (or
         failed) before the next starts, so that each start to ready is its own (the run waits their sum)."""
         cfg = self.cfg
-        for arm in cfg.started_arms(m):
+        for arm in arms:
             group[arm] = start_server(cfg, m, arm, model_dir, self.facts.setdefault(server_name(m, arm), {}))
             if cfg.start_alone:
                 wait_ready([group[arm]], cfg.ready_timeout, report=log)

@@ -110,7 +110,9 @@ def start_table(runs: list[Run], lay: Layout) -> list[str]:
                 newest_on[gpu] = cell.run
         for gpu, run in sorted(newest_on.items(), key=lambda kv: GPUS.index(kv[0])):
             image, other = (run.results["servers"].get(f"{lay.model}.{arm}", {}) for arm in (run.image_arm, peer))
-            alone = "one at a time" if run.results.get("args", {}).get("start_alone") == "True" else "together"
+            args = run.results.get("args", {})
+            alone = ("each alone on the GPU" if args.get("one_at_a_time") == "True"
+                     else "one at a time" if args.get("start_alone") == "True" else "together")
             rows.append(f"| {label} | {gpu} | {image.get('ready_s', '-')} / {other.get('ready_s', '-')} | "
                         f"{image.get('first_ttft_ms', '-')} / {other.get('first_ttft_ms', '-')} | {alone} | "
                         f"[{run.folder}](../bench/data/{run.folder}/) |")
