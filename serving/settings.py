@@ -64,8 +64,9 @@ SETTINGS: tuple[Setting, ...] = (
                 "0.45 on an H100, vLLM's extrapolation set aside 4.14 GiB for graphs that took 2.38 GiB, and the "
                 "KV cache held 0.81x stock vLLM's tokens."),
     Setting("flash_attn_graph_split_tokens", "N > 0: in a CUDA-graph step of more than N tokens FlashAttention "
-            "splits the KV into at most 32 x N / tokens parts, so the graph's split buffers hold no more than an "
-            "N-token step's (patch 0015); 0: vLLM's bound of 32 for every step.", parse=parse_non_negative_int,
+            "splits the KV into at most S x N / tokens parts (S: vLLM's bound, 32 unless attention_config sets "
+            "flash_attn_max_num_splits_for_cuda_graph), so the graph's split buffers hold no more than an N-token "
+            "step's (patch 0015); 0: S for every step.", parse=parse_non_negative_int,
             env=("LMI_FLASH_ATTN_GRAPH_SPLIT_TOKENS",), engine_env="LMI_FLASH_ATTN_GRAPH_SPLIT_TOKENS", example="512",
             why="Off until measured in the engine. Under full graphs up to 8,192 tokens a graph of that size holds "
                 "1 GiB of split buffers on the Qwen3-235B EP8 shard (8 heads of 128, 32 splits), memory the KV "

@@ -2,12 +2,13 @@
 
 vLLM logs its pool once its memory profile (or --kv-cache-memory-bytes) has sized it: 'GPU KV cache size: N tokens'
 (the device's name first), 'Available KV cache memory: X GiB', and after its capture 'Graph capturing finished in S
-secs, took Y GiB'; before them 'Model loading took W GiB memory' and, where it sizes the pool itself, '--gpu-memory-utilization=U is
-equivalent to --gpu-memory-utilization=V without CUDA graph memory profiling' (the share its profile set aside for
-the graphs) and 'Desired GPU memory utilization is (U, R GiB)'. SGLang logs 'KV Cache is allocated. ... #tokens: N, K size: A GB, V size: B GB' and, per kind of
-graph it captures, 'Capture target decode CUDA graph end. ... mem usage=Y GB'. pool_facts reads them
-(servers.log_facts keeps them per server in e2e.json); summary_lines sets them beside every workload's figures
-(e2e.md, after report.summarize's tables; report code may call it)."""
+secs, took Y GiB'; before them 'Model loading took W GiB memory' and, where it sizes the pool itself,
+'--gpu-memory-utilization=U is equivalent to --gpu-memory-utilization=V without CUDA graph memory profiling' (the
+share its profile set aside for the graphs), with 'Desired GPU memory utilization is (U, R GiB)' at the end. SGLang
+logs 'KV Cache is allocated. ... #tokens: N, K size: A GB, V size: B GB' and, per kind of graph it captures,
+'Capture target decode CUDA graph end. ... mem usage=Y GB'. pool_facts reads them (servers.log_facts keeps them per
+server in e2e.json); summary_lines sets them beside every workload's figures (e2e.md, after report.summarize's
+tables; report code may call it)."""
 from __future__ import annotations
 
 import re
@@ -71,8 +72,8 @@ def pool_table(results: dict) -> list[str]:
     longest = max((w["shape"]["prompt_tokens"][1] + w["shape"]["output_tokens"][1]
                    for m in results["models"].values() for w in m.get("workloads", {}).values()), default=None)
     out = ["", f"| server | KV pool ({args.get('kv_pool', 'fixed')}, context {args.get('max_model_len', '-')}) | "
-           "KV tokens | KV memory (GiB) | CUDA graphs (GiB) | graphs set aside (GiB) | weights (GiB) | tokens / stock's | "
-           "longest requests held at once |", "|---|---|---|---|---|---|---|---|---|"]
+           "KV tokens | KV memory (GiB) | CUDA graphs (GiB) | graphs set aside (GiB) | weights (GiB) | "
+           "tokens / stock's | longest requests held at once |", "|---|---|---|---|---|---|---|---|---|"]
     for name, s in servers.items():
         model = _model_of(name, results)
         stock = results["servers"].get(f"{model}.stock", {}).get("kv_tokens") if model else None
