@@ -368,12 +368,15 @@ def test_graph_memory_profile_counts_every_graph_it_captured(monkeypatch):
 
     mib = 1 << 20
     samples = [2048 * mib, 40 * mib, 3 * mib, 2 * mib, 1 * mib]
-    assert cg._extrapolate_full_graph_memory(samples, len(samples)) == sum(samples)
-    assert cg._extrapolate_full_graph_memory(samples[:2], len(samples)) == 2048 * mib + 4 * 40 * mib
+    vllms = 2048 * mib + 4 * 40 * mib  # the first, then every other graph at the second's cost
     monkeypatch.delenv(cg.LMI_CUDA_GRAPH_PROFILE_ALL_ENV, raising=False)
     assert not cg._lmi_profile_every_full_graph()
+    assert cg._extrapolate_full_graph_memory(samples[:2], len(samples)) == vllms
+    assert cg._extrapolate_full_graph_memory(samples, len(samples)) == vllms  # vLLM's rule, unchanged when off
     monkeypatch.setenv(cg.LMI_CUDA_GRAPH_PROFILE_ALL_ENV, "1")
     assert cg._lmi_profile_every_full_graph()
+    assert cg._extrapolate_full_graph_memory(samples, len(samples)) == sum(samples)
+    assert cg._extrapolate_full_graph_memory(samples[:2], len(samples)) == vllms  # a sample is still extrapolated
 
 
 def test_graph_splits_are_bounded_by_the_steps_tokens():
