@@ -98,36 +98,23 @@ def test_stock_moe_order_switch_reaches_the_engine_environment(va, model_dir, na
         plan(va, model_dir, {name: "sometimes"})
 
 
-@pytest.mark.parametrize("name", ["OPTION_FP8_MOE_ONE_LAUNCH_QUANT", "LMI_FP8_MOE_ONE_LAUNCH_QUANT"])
-def test_one_launch_quant_switch_reaches_the_engine_environment(va, model_dir, name):
-    """Patch 0006's switch: normalized for the engine, refused at start when it is not a boolean (the patch
-    itself would only see it at the first MoE call that quantizes dynamically per tensor)."""
-    assert plan(va, model_dir, {name: "false"}).env["LMI_FP8_MOE_ONE_LAUNCH_QUANT"] == "0"
-    assert plan(va, model_dir, {name: "on"}).env["LMI_FP8_MOE_ONE_LAUNCH_QUANT"] == "1"
-    assert "LMI_FP8_MOE_ONE_LAUNCH_QUANT" not in plan(va, model_dir, {}).env
-    match = f"fp8_moe_one_launch_quant from env {name}: 'maybe' is not a boolean"
-    with pytest.raises(resolve.ConfigError, match=match):
-        plan(va, model_dir, {name: "maybe"})
+# Patches 0006, 0007 and 0014: each switch's setting, its two names, a true and a false spelling, a value refused
+SWITCHES = [("fp8_moe_one_launch_quant", "LMI_FP8_MOE_ONE_LAUNCH_QUANT", "on", "false", "maybe"),
+            ("moe_one_pass_topk", "LMI_MOE_ONE_PASS_TOPK", "true", "off", "maybe"),
+            ("cuda_graph_profile_all", "LMI_CUDA_GRAPH_PROFILE_ALL", "true", "off", "all")]
 
 
-
-@pytest.mark.parametrize("name", ["OPTION_MOE_ONE_PASS_TOPK", "LMI_MOE_ONE_PASS_TOPK"])
-def test_one_pass_topk_switch_reaches_the_engine_environment(va, model_dir, name):
-    """Patch 0007's switch, as patch 0006's: normalized for the engine, refused at start when not a boolean."""
-    assert plan(va, model_dir, {name: "off"}).env["LMI_MOE_ONE_PASS_TOPK"] == "0"
-    assert plan(va, model_dir, {name: "true"}).env["LMI_MOE_ONE_PASS_TOPK"] == "1"
-    assert "LMI_MOE_ONE_PASS_TOPK" not in plan(va, model_dir, {}).env
-    with pytest.raises(resolve.ConfigError, match=f"moe_one_pass_topk from env {name}: 'maybe' is not a boolean"):
-        plan(va, model_dir, {name: "maybe"})
-
-@pytest.mark.parametrize("name", ["OPTION_CUDA_GRAPH_PROFILE_ALL", "LMI_CUDA_GRAPH_PROFILE_ALL"])
-def test_graph_profile_switch_reaches_the_engine_environment(va, model_dir, name):
-    """Patch 0014's switch: off unless set, normalized for the engine, refused at start when not a boolean."""
-    assert plan(va, model_dir, {name: "true"}).env["LMI_CUDA_GRAPH_PROFILE_ALL"] == "1"
-    assert plan(va, model_dir, {name: "off"}).env["LMI_CUDA_GRAPH_PROFILE_ALL"] == "0"
-    assert "LMI_CUDA_GRAPH_PROFILE_ALL" not in plan(va, model_dir, {}).env
-    with pytest.raises(resolve.ConfigError, match=f"cuda_graph_profile_all from env {name}: 'all' is not a boolean"):
-        plan(va, model_dir, {name: "all"})
+@pytest.mark.parametrize("setting, engine_env, yes, no, bad", SWITCHES)
+@pytest.mark.parametrize("option", [True, False])
+def test_a_patch_switch_reaches_the_engine_environment(va, model_dir, setting, engine_env, yes, no, bad, option):
+    """A patch's switch, under its OPTION_ and its LMI_ name: normalized for the engine, absent unless set, refused
+    at start when it is not a boolean (the patch itself would only see it when its code first runs)."""
+    name = f"OPTION_{setting.upper()}" if option else engine_env
+    assert plan(va, model_dir, {name: yes}).env[engine_env] == "1"
+    assert plan(va, model_dir, {name: no}).env[engine_env] == "0"
+    assert engine_env not in plan(va, model_dir, {}).env
+    with pytest.raises(resolve.ConfigError, match=f"{setting} from env {name}: '{bad}' is not a boolean"):
+        plan(va, model_dir, {name: bad})
 
 
 @pytest.mark.parametrize("name", ["OPTION_FLASH_ATTN_GRAPH_SPLIT_TOKENS", "LMI_FLASH_ATTN_GRAPH_SPLIT_TOKENS"])

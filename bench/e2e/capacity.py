@@ -81,7 +81,7 @@ def sized_shortfall(cfg: Config, models: dict[str, Model], free: int, total: int
     request of the full context (vLLM's start refuses a pool that holds none) is refused with the layers that fit."""
     problems, share = [], int(cfg.gpu_mem * total)
     for name, m in models.items():
-        arms = max(cfg.serving_groups(m), key=len, default=[])
+        arms = cfg.most_at_once(m)
         if arms and len(arms) * share > free:
             problems.append(
                 f"{name}: its {len(arms)} servers ({', '.join(arms)}) take --gpu-mem {cfg.gpu_mem} of the GPU's "
@@ -119,7 +119,7 @@ def sglang_sized_args(cfg: Config, read: Callable[[], tuple[int, int] | None] | 
 
 
 def gpu_shortfall(cfg: Config, models: dict[str, Model], free: int, total: int | None = None) -> list[str]:
-    """Each model whose servers (the arms the run serves at once, Config.serving_groups) do not fit `free` bytes of
+    """Each model whose servers (the arms the run has up at once, Config.most_at_once) do not fit `free` bytes of
     GPU memory: each holds the model's weights, the KV budget (--kv-bytes) and SERVER_GPU_RESERVE. With the most
     layers that would fit as many servers. With --kv-pool sized, sized_shortfall's rule on the GPU's `total`
     memory (free where not given)."""
@@ -128,7 +128,7 @@ def gpu_shortfall(cfg: Config, models: dict[str, Model], free: int, total: int |
     problems = []
     per_server = cfg.kv_bytes + SERVER_GPU_RESERVE
     for name, m in models.items():
-        arms = max(cfg.serving_groups(m), key=len, default=[])
+        arms = cfg.most_at_once(m)
         weights = checkpoint_bytes(m.spec)
         need = len(arms) * (weights + per_server)
         if not arms or need <= free:

@@ -111,6 +111,10 @@ class Config:
         arms = self.started_arms(model)
         return [[arm] for arm in arms] if self.one_at_a_time else ([arms] if arms else [])
 
+    def most_at_once(self, model: Model) -> list[str]:
+        """The largest group of `model`'s arms up on the GPU at once (serving_groups): what its memory must hold."""
+        return max(self.serving_groups(model), key=len, default=[])
+
     def peer_python(self, arm: str) -> str | None:
         """The Python a peer arm runs from (PEER_RUNTIMES), None when the run was not given it."""
         return getattr(self, PEER_RUNTIMES[arm][0])

@@ -341,6 +341,14 @@ def nvcc_notes(results: dict) -> list[str]:
     return [""] + notes if notes else []
 
 
+def how_started(args: dict) -> str:
+    """How a run's servers started, from e2e.json's args: "each served alone" (--one-at-a-time: once the one before
+    had stopped), "each started alone" (--start-alone: once the one before was ready), or "together"."""
+    if args.get("one_at_a_time") == "True":
+        return "each served alone"
+    return "each started alone" if args.get("start_alone") == "True" else "together"
+
+
 def summarize(results: dict) -> str:
     """e2e.md from e2e.json's results."""
     out = stock_table(results)
@@ -354,11 +362,8 @@ def summarize(results: dict) -> str:
     out += step_table(results)
     out += server_phase_table(results)
     out += autotune_table(results)
-    # --start-alone: each server started once the one before was ready; --one-at-a-time: once the one before had
-    # stopped; without either they start together
-    args = results.get("args", {})
-    alone = (", each served alone" if args.get("one_at_a_time") == "True"
-             else ", each started alone" if args.get("start_alone") == "True" else "")
+    mode = how_started(results.get("args", {}))
+    alone = "" if mode == "together" else f", {mode}"
     out += ["", f"| server | start to ready (s){alone}: /ping 200, SGLang /health 200 | first request TTFT (ms) | JIT "
             "warnings | FlashInfer JIT builds | prefix-cache hits (tokens found of looked up, after the repetitions) |",
             "|---|---|---|---|---|---|"]

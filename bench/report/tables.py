@@ -5,7 +5,7 @@ import statistics
 from dataclasses import dataclass
 
 from bench.e2e.kv_pool import pool_table, workload_table
-from bench.e2e.report import paired_ratios
+from bench.e2e.report import how_started, paired_ratios
 from bench.e2e.workload import THROUGHPUT_CONCURRENCY
 
 from .runs import FAMILIES, PEERS, Layout, Run, is_layout
@@ -110,9 +110,7 @@ def start_table(runs: list[Run], lay: Layout) -> list[str]:
                 newest_on[gpu] = cell.run
         for gpu, run in sorted(newest_on.items(), key=lambda kv: GPUS.index(kv[0])):
             image, other = (run.results["servers"].get(f"{lay.model}.{arm}", {}) for arm in (run.image_arm, peer))
-            args = run.results.get("args", {})
-            alone = ("each alone on the GPU" if args.get("one_at_a_time") == "True"
-                     else "one at a time" if args.get("start_alone") == "True" else "together")
+            alone = how_started(run.results.get("args", {}))
             rows.append(f"| {label} | {gpu} | {image.get('ready_s', '-')} / {other.get('ready_s', '-')} | "
                         f"{image.get('first_ttft_ms', '-')} / {other.get('first_ttft_ms', '-')} | {alone} | "
                         f"[{run.folder}](../bench/data/{run.folder}/) |")
