@@ -56,18 +56,18 @@ SETTINGS: tuple[Setting, ...] = (
                 "captures its prefill steps too) that shard served 1.13x stock vLLM's output tokens/s at 8 and 32 "
                 "clients (0.99x with vLLM's own sizes) at a third of its time to first token, for 1.2 GiB more graph "
                 "memory, taken from the KV cache, and about 20 s more start."),
-    Setting("cuda_graph_profile_all", "true: vLLM's memory profile captures every full CUDA graph and sets aside "
-            "what they took before it sizes the KV cache, instead of extrapolating from the largest two (patch "
-            "0014); the start runs that capture once more.", parse=parse_bool,
+    Setting("cuda_graph_profile_all", "false: vLLM's memory profile extrapolates what the full CUDA graphs take from "
+            "the largest two, instead of capturing every one and setting aside their sum before it sizes the KV "
+            "cache (patch 0014; that capture runs once more at start).", parse=parse_bool,
             env=("LMI_CUDA_GRAPH_PROFILE_ALL",), engine_env="LMI_CUDA_GRAPH_PROFILE_ALL",
             why="Off until measured in the engine. On the 48-layer Qwen3-235B EP8 shard at gpu_memory_utilization "
                 "0.45 on an H100, vLLM's extrapolation set aside 4.14 GiB for graphs that took 2.38 GiB, and the "
                 "KV cache held 0.81x stock vLLM's tokens."),
-    Setting("flash_attn_graph_split_tokens", "N > 0: in a CUDA-graph step of more than N tokens FlashAttention "
-            "splits the KV into at most S x N / tokens parts (S: vLLM's bound, 32 unless attention_config sets "
+    Setting("flash_attn_graph_split_tokens", "In a CUDA-graph step of more than N tokens FlashAttention splits the "
+            "KV into at most S x N / tokens parts (S: vLLM's bound, 32 unless attention_config sets "
             "flash_attn_max_num_splits_for_cuda_graph), so the graph's split buffers hold no more than an N-token "
-            "step's (patch 0015); 0: S for every step.", parse=parse_non_negative_int,
-            env=("LMI_FLASH_ATTN_GRAPH_SPLIT_TOKENS",), engine_env="LMI_FLASH_ATTN_GRAPH_SPLIT_TOKENS", example="512",
+            "step's (patch 0015; 512 unless set); 0: S for every step.", parse=parse_non_negative_int,
+            env=("LMI_FLASH_ATTN_GRAPH_SPLIT_TOKENS",), engine_env="LMI_FLASH_ATTN_GRAPH_SPLIT_TOKENS", example="0",
             why="Off until measured in the engine. Under full graphs up to 8,192 tokens a graph of that size holds "
                 "1 GiB of split buffers on the Qwen3-235B EP8 shard (8 heads of 128, 32 splits), memory the KV "
                 "cache then lacks; a step of that many tokens occupies every SM without splitting."),

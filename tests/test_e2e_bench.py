@@ -349,6 +349,21 @@ def test_profile_windows_at_the_chosen_concurrencies_with_shorter_requests_count
     assert float(row[5]) == pytest.approx(80.0 / 16)  # 8 requests side by side, 16 steps each
 
 
+def test_profile_arms_are_measured_arms_of_a_profiled_run(tmp_path):
+    """--profile-arms picks arms of the run, and is refused without --profile or naming an arm not run."""
+    base = ["--stock-site", str(tmp_path), "--models-dir", str(tmp_path), "--out", str(tmp_path),
+            "--arms", "stock", "image"]
+
+    def problems(*extra):
+        return cli.profile_arms_problems(Config.from_args(cli.parser().parse_args(base + list(extra))))
+    assert problems() == problems("--profile") == problems("--profile", "--profile-arms", "image") == []
+    assert Config.from_args(cli.parser().parse_args(base + ["--profile", "--profile-arms", "image"])
+                            ).profile_arms == ("image",)
+    assert problems("--profile-arms", "image") == ["--profile-arms without --profile: nothing is profiled"]
+    assert problems("--profile", "--profile-arms", "image-graph-estimate") == [
+        "--profile-arms: image-graph-estimate not among --arms (stock, image)"]
+
+
 def test_profile_steps_follow_the_window():
     # one wave at 1 client is 4 requests one after another; at 32 clients, 32 requests side by side
     assert traces.profile_steps(1, 128) == 4 * 128
@@ -507,11 +522,14 @@ def test_each_image_arm_switches_one_setting_of_the_table_and_no_arm_inherits_a_
     and a switch left in the bench's own environment, under any of its names, reaches no arm."""
     from serving.settings import TABLE
 
-    # one setting each ("image", "image-no-nvcc", "image-candidates" and the arms of one vLLM flag none); two arms may
-    # give one setting two values
+    # one setting each ("image", "image-no-nvcc", "image-candidates" and the arms of one vLLM flag none; the two of
+    # vLLM's own graph memory both); two arms may give one setting two values
     unset = {"image", "image-no-nvcc", "image-candidates", *models.IMAGE_ARM_ENGINE_ARGS}
     assert {arm for arm, own in models.IMAGE_ARM_SETTINGS.items() if not own} == unset
-    assert all(len(own) == 1 for arm, own in models.IMAGE_ARM_SETTINGS.items() if arm not in unset)
+    assert models.IMAGE_ARM_SETTINGS["image-graph-estimate"] == {"cuda_graph_profile_all": False,
+                                                                 "flash_attn_graph_split_tokens": 0}
+    assert all(len(own) == 1 for arm, own in models.IMAGE_ARM_SETTINGS.items()
+               if arm not in unset | {"image-graph-estimate"})
     switched = {key: value for arm in models.IMAGE_ARM_SETTINGS.values() for key, value in arm.items()}
     names = {n for key in switched for n in (*TABLE[key].env_names, TABLE[key].engine_env) if n}
     for name in names:

@@ -319,16 +319,16 @@ def test_one_at_a_time_serves_each_arm_alone_so_each_may_take_a_deployments_shar
     where together they are refused naming the share; the cross-check, which measures arms side by side, is
     refused with it."""
     argv = ("--models", "qwen3-235b-ep8-block", "--layers", "94", "--arms", "stock", "image",
-            "image-graph-profile-all")
+            "image-graph-estimate")
     together = _sized(tmp_path, *argv, "--gpu-mem", "0.9")
     alone = _sized(tmp_path, *argv, "--gpu-mem", "0.9", "--one-at-a-time")
     m = cli.models_at_depth(alone)["qwen3-235b-ep8-block"]
-    assert together.serving_groups(m) == [["stock", "image", "image-graph-profile-all"]]
-    assert alone.serving_groups(m) == [["stock"], ["image"], ["image-graph-profile-all"]]
+    assert together.serving_groups(m) == [["stock", "image", "image-graph-estimate"]]
+    assert alone.serving_groups(m) == [["stock"], ["image"], ["image-graph-estimate"]]
     gib, total = 1 << 30, 143771 << 20
     models_ = {m.name: m}
     [problem] = capacity.sized_shortfall(together, models_, 140 * gib, total)
-    assert "its 3 servers (stock, image, image-graph-profile-all)" in problem
+    assert "its 3 servers (stock, image, image-graph-estimate)" in problem
     assert capacity.sized_shortfall(alone, models_, 140 * gib, total) == []
     assert cli.run_problems(alone, [m]) == [] and alone.record()["one_at_a_time"] == "True"
     crossed = _sized(tmp_path, *argv, "--one-at-a-time", "--cross-check", "1")

@@ -369,10 +369,12 @@ def test_graph_memory_profile_counts_every_graph_it_captured(monkeypatch):
     mib = 1 << 20
     samples = [2048 * mib, 40 * mib, 3 * mib, 2 * mib, 1 * mib]
     vllms = 2048 * mib + 4 * 40 * mib  # the first, then every other graph at the second's cost
-    monkeypatch.delenv(cg.LMI_CUDA_GRAPH_PROFILE_ALL_ENV, raising=False)
+    monkeypatch.setenv(cg.LMI_CUDA_GRAPH_PROFILE_ALL_ENV, "0")
     assert not cg._lmi_profile_every_full_graph()
     assert cg._extrapolate_full_graph_memory(samples[:2], len(samples)) == vllms
     assert cg._extrapolate_full_graph_memory(samples, len(samples)) == vllms  # vLLM's rule, unchanged when off
+    monkeypatch.delenv(cg.LMI_CUDA_GRAPH_PROFILE_ALL_ENV, raising=False)
+    assert cg._lmi_profile_every_full_graph()  # on unless set to 0
     monkeypatch.setenv(cg.LMI_CUDA_GRAPH_PROFILE_ALL_ENV, "1")
     assert cg._lmi_profile_every_full_graph()
     assert cg._extrapolate_full_graph_memory(samples, len(samples)) == sum(samples)
@@ -384,8 +386,8 @@ def test_graph_splits_are_bounded_by_the_steps_tokens():
     stays within vLLM's bound x budget; at or below it, and with no budget, vLLM's bound stands."""
     from vllm.v1.attention.backends import flash_attn as fa
 
-    assert fa.LMI_GRAPH_SPLIT_TOKENS == 0  # the suite's engine runs without the switch
+    assert fa.LMI_GRAPH_SPLIT_TOKENS == 512  # the suite's engine runs with the patch's default
     assert [fa.lmi_graph_splits(32, t, 512) for t in (1, 512, 640, 1024, 8192, 20000)] == [32, 32, 25, 16, 2, 1]
     assert all(fa.lmi_graph_splits(32, t, 512) * t <= 32 * 512 for t in range(513, 9000, 7))
-    assert fa.lmi_graph_splits(32, 8192, 0) == 32 and fa.lmi_graph_splits(32, 8192) == 32
+    assert fa.lmi_graph_splits(32, 8192, 0) == 32 and fa.lmi_graph_splits(32, 8192) == 2
     assert fa.lmi_graph_splits(1, 8192, 512) == 1

@@ -119,8 +119,9 @@ def test_a_patch_switch_reaches_the_engine_environment(va, model_dir, setting, e
 
 @pytest.mark.parametrize("name", ["OPTION_FLASH_ATTN_GRAPH_SPLIT_TOKENS", "LMI_FLASH_ATTN_GRAPH_SPLIT_TOKENS"])
 def test_graph_split_tokens_reach_the_engine_environment(va, model_dir, name):
-    """Patch 0015's bound: off unless set, passed on as a count, refused at start when not one."""
-    assert plan(va, model_dir, {name: "512"}).env["LMI_FLASH_ATTN_GRAPH_SPLIT_TOKENS"] == "512"
+    """Patch 0015's bound: the patch's own unless set, passed on as a count, refused at start when not one."""
+    assert plan(va, model_dir, {name: "0"}).env["LMI_FLASH_ATTN_GRAPH_SPLIT_TOKENS"] == "0"
+    assert plan(va, model_dir, {name: "256"}).env["LMI_FLASH_ATTN_GRAPH_SPLIT_TOKENS"] == "256"
     assert "LMI_FLASH_ATTN_GRAPH_SPLIT_TOKENS" not in plan(va, model_dir, {}).env
     with pytest.raises(resolve.ConfigError, match=f"flash_attn_graph_split_tokens from env {name}"):
         plan(va, model_dir, {name: "-1"})

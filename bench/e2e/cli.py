@@ -84,6 +84,8 @@ def parser() -> argparse.ArgumentParser:
                    help="output tokens of each request in a profile window (default: --out-tokens). Fewer steps, a "
                         "smaller trace: at 94 layers a one-client window of 128-token requests is about a million "
                         "GPU events to write and parse")
+    p.add_argument("--profile-arms", nargs="+", default=d("profile_arms"), metavar="ARM",
+                   help="profile only these of the measured arms (default: every one)")
     p.add_argument("--clients", type=int, nargs="+", choices=sorted(set(THROUGHPUT_CONCURRENCY + LATENCY_CONCURRENCY)),
                    help="measure only these concurrencies (default: all); the warm-up pass still covers every one")
     p.add_argument("--cross-check", type=int, default=d("cross_check"), metavar="N",
@@ -174,11 +176,23 @@ def one_at_a_time_problems(cfg: Config) -> list[str]:
     return []
 
 
+def profile_arms_problems(cfg: Config) -> list[str]:
+    """--profile-arms names arms the run measures, and only with --profile."""
+    if cfg.profile_arms is None:
+        return []
+    if not cfg.profile:
+        return ["--profile-arms without --profile: nothing is profiled"]
+    if lacks := [a for a in cfg.profile_arms if a not in cfg.arms]:
+        return [f"--profile-arms: {', '.join(lacks)} not among --arms ({', '.join(cfg.arms)})"]
+    return []
+
+
 def run_problems(cfg: Config, chosen: list[Model]) -> list[str]:
     """What refuses a run before anything starts, the GPU's memory aside: a peer runtime not given, an arm no chosen
-    model has, a context longer than a checkpoint's positions, the cross-check with --one-at-a-time."""
+    model has, a context longer than a checkpoint's positions, the cross-check with --one-at-a-time, a profiled arm
+    not run."""
     return (missing_runtimes(cfg) + arms_no_model_has(cfg, chosen) + contexts_too_long(cfg, chosen)
-            + one_at_a_time_problems(cfg))
+            + one_at_a_time_problems(cfg) + profile_arms_problems(cfg))
 
 
 def models_at_depth(cfg: Config) -> dict[str, Model]:

@@ -58,6 +58,7 @@ class Config:
     profile: bool = False
     profile_clients: tuple[int, ...] = (1, 32)  # a profile window at each of these concurrencies (--profile)
     profile_tokens: int | None = None  # output tokens of a profile window's requests; None: out_tokens
+    profile_arms: tuple[str, ...] | None = None  # the arms profiled (--profile); None: every measured arm
     clients: tuple[int, ...] | None = None  # None: every concurrency
     cross_check: int = 0  # repetitions of the cross-check with vLLM's own client (crosscheck); 0: none
     candidate_configs: Path | None = None  # config files laid over configs/ for the image-candidates arm

@@ -138,11 +138,9 @@ IMAGE_ARM_SETTINGS: dict[str, dict[str, object]] = {
     # vLLM's default cudagraph_mode FULL_AND_PIECEWISE: a step with prompt tokens runs piecewise, attention eager
     # between the graph pieces of every layer (the image runs every step in one graph: cuda_graph_full_steps)
     "image-piecewise-prompts": {"cuda_graph_full_steps": False},
-    # vLLM's memory profile captures every full graph and sets aside their sum, not its extrapolation (patch 0014)
-    "image-graph-profile-all": {"cuda_graph_profile_all": True},
-    # FlashAttention's KV splits in a graph step of over 512 tokens bounded so its buffers are a 512-token step's
-    # (patch 0015)
-    "image-bounded-splits": {"flash_attn_graph_split_tokens": 512},
+    # vLLM's graph memory as it sets it: the profile's extrapolation from the largest two full graphs (patch 0014
+    # off) and FlashAttention's split bound at every graph size (patch 0015 off)
+    "image-graph-estimate": {"cuda_graph_profile_all": False, "flash_attn_graph_split_tokens": 0},
     "image-bf16-router": {"moe_router_fp32_logits": False},
     "image-cutlass-dense": {"block_fp8_small_m_triton": False},
     "image-gemv-silu": {"moe_decode_gemv_silu": True},
@@ -222,7 +220,7 @@ MODELS = tuple(_with_shared_arms(m) for m in (
     # The official block-FP8 checkpoints as vLLM's recipes deploy them: one expert-parallel rank, or one TP4 rank.
     Model("qwen3-235b-ep8-block", "qwen3-235b-a22b-ep8", "block",
           ("stock", "image", "image-vllm-topk", "image-eager-prefill", "image-bf16-router", "image-cutlass-dense",
-           "image-gemv-silu", "image-graph-profile-all", "image-bounded-splits"),
+           "image-gemv-silu", "image-graph-estimate"),
           engine_args=BLOCK_FP8_ENGINE_ARGS),
     Model("qwen3-coder-480b-ep8-block", "qwen3-coder-480b-a35b-ep8", "block", ("stock", "image", "image-gemv-silu"),
           engine_args=BLOCK_FP8_ENGINE_ARGS),

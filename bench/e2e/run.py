@@ -163,7 +163,7 @@ class Run:
         if cfg.profile:
             tokens = cfg.profile_tokens or cfg.out_tokens
             window = Workload(model_id, cfg.in_tokens, tokens, self.vocab)  # wl's prompts, shorter outputs
-            for arm in measured:
+            for arm in (a for a in measured if cfg.profile_arms is None or a in cfg.profile_arms):
                 first = repetition_start(cfg.reps)  # the profiles' own prompts, after the last rep's
                 for c in cfg.profile_clients:
                     try:
