@@ -92,3 +92,36 @@ def test_a_run_folder_without_its_readme_line_is_refused(tree):
     readme.write_text(shipped.replace("arm `image-candidates`", "arm `no-such`"))
     r = report(tree)
     assert r.returncode == 2 and "'no-such' has no repetitions" in r.stderr, r.stderr
+
+
+def test_the_floor_section_rows_are_each_profiled_window_and_the_newest_runs_layers(tree):
+    """Every recorded window of a deployment-depth model is a row of the floor summary, its step and floor those of
+    bench.e2e.floor; the per-layer tables are the newest profiled run's image windows, and a later run's replace
+    them."""
+    from bench.e2e.floor import floor_data
+
+    data = tree / "bench" / "data"
+    src = data / "h200_block_15"
+    results = json.loads((src / "e2e.json").read_text())
+    d = floor_data(results, "qwen3-235b-ep8-block@94L", "image.c1", "H200")
+    page = (ROOT / PAGE).read_text()
+    row = (f"| [h200_block_15](../bench/data/h200_block_15/) | H200 | qwen3-235b-ep8-block@94L | image | 1 | "
+           f"{d['step_us']:.0f} | {d['floor_us']:.0f} | {d['floor_us'] / d['step_us']:.0%} |")
+    assert row in page
+    assert "### h200_block_15: qwen3-235b-ep8-block@94L, image, 1 client (H200)" in page
+    # a later run whose image window at one client took twice the GPU time
+    window = results["models"]["qwen3-235b-ep8-block@94L"]["profile"]["image.c1"]
+    window["total_gpu_ms"] *= 2
+    window["top_kernels"] = [[n, k, 2 * us] for n, k, us in window["top_kernels"]]
+    new = data / "h200_block_later"
+    new.mkdir()
+    (new / "e2e.json").write_text(json.dumps(results))
+    (new / "README.md").write_text((src / "README.md").read_text().replace("2026-12-0", "2026-12-1", 1))
+    r = report(tree)
+    assert r.returncode == 0, r.stderr
+    page = (tree / PAGE).read_text()
+    assert row in page  # the earlier run's row stays
+    assert (f"| [h200_block_later](../bench/data/h200_block_later/) | H200 | qwen3-235b-ep8-block@94L | image | 1 | "
+            f"{2 * d['step_us']:.0f} | {d['floor_us']:.0f} |") in page
+    assert "### h200_block_later: qwen3-235b-ep8-block@94L, image, 1 client (H200)" in page
+    assert "### h200_block_15:" not in page

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from serving.paths import ROOT
 
+from .floor import floor_sections
 from .kernels import kernel_table
 from .runs import RunError, read_runs
 from .tables import deployment_sections, headline, layout_sections
@@ -86,10 +87,13 @@ def render(root: Path = ROOT) -> dict[Path, str]:
     sections, cited = layout_sections(runs)
     deployments, deployment_runs = deployment_sections(runs)
     cited |= deployment_runs
+    floors, floor_runs = floor_sections(runs)
+    cited |= floor_runs
     kernels, benches = kernel_table(data)
     cited |= {b.split("/")[0] for b in benches}
     page = fill(TEMPLATE.read_text(), {"generated": [GENERATED], "headline": table, "layouts": sections,
-                                       "deployments": deployments, "kernels": kernels})
+                                       "deployments": deployments, "floor": floors,
+                                       "kernels": kernels})
     return {PAGE: page, README: readme_block((root / README).read_text(), table), INDEX: index(data, cited)}
 
 
