@@ -60,17 +60,19 @@ SETTINGS: tuple[Setting, ...] = (
             "the largest two, instead of capturing every one and setting aside their sum before it sizes the KV "
             "cache (patch 0014; that capture runs once more at start).", parse=parse_bool,
             env=("LMI_CUDA_GRAPH_PROFILE_ALL",), engine_env="LMI_CUDA_GRAPH_PROFILE_ALL",
-            why="Off until measured in the engine. On the 48-layer Qwen3-235B EP8 shard at gpu_memory_utilization "
-                "0.45 on an H100, vLLM's extrapolation set aside 4.14 GiB for graphs that took 2.38 GiB, and the "
-                "KV cache held 0.81x stock vLLM's tokens."),
+            why="Under the launcher's full graphs vLLM's extrapolation sets aside more than the graphs take, and "
+                "the KV cache gets the difference less: with it the image held 0.81x stock vLLM's KV tokens at the "
+                "same gpu_memory_utilization; with this and flash_attn_graph_split_tokens, 0.99x (the performance "
+                "page's KV pool tables)."),
     Setting("flash_attn_graph_split_tokens", "In a CUDA-graph step of more than N tokens FlashAttention splits the "
             "KV into at most S x N / tokens parts (S: vLLM's bound, 32 unless attention_config sets "
             "flash_attn_max_num_splits_for_cuda_graph), so the graph's split buffers hold no more than an N-token "
             "step's (patch 0015; 512 unless set); 0: S for every step.", parse=parse_non_negative_int,
             env=("LMI_FLASH_ATTN_GRAPH_SPLIT_TOKENS",), engine_env="LMI_FLASH_ATTN_GRAPH_SPLIT_TOKENS", example="0",
-            why="Off until measured in the engine. Under full graphs up to 8,192 tokens a graph of that size holds "
-                "1 GiB of split buffers on the Qwen3-235B EP8 shard (8 heads of 128, 32 splits), memory the KV "
-                "cache then lacks; a step of that many tokens occupies every SM without splitting."),
+            why="Under full graphs up to 8,192 tokens a graph of that size holds 1 GiB of split buffers on the "
+                "Qwen3-235B EP8 shard (8 heads of 128, 32 splits), memory the KV cache then lacks; a step of that "
+                "many tokens occupies every SM without splitting. With it and cuda_graph_profile_all the image's "
+                "KV cache holds 0.99x stock vLLM's tokens (the performance page's KV pool tables)."),
     Setting("cuda_graph_full_steps", "Run every CUDA-graph step, steps with prompt tokens too, as one graph with "
             "attention inside (vLLM's cudagraph_mode FULL); false: vLLM's FULL_AND_PIECEWISE. Not applied where "
             "compilation_config sets cudagraph_mode or compiles nothing, with enforce_eager, a KV connector "

@@ -43,7 +43,9 @@ def test_committed_pages_are_what_the_report_writes(tree):
 
 
 def test_check_names_a_stale_page_and_writes_nothing(tree):
-    (tree / PAGE).write_text((ROOT / PAGE).read_text().replace("| 1.322 (", "| 1.111 (", 1))
+    page = (ROOT / PAGE).read_text()
+    row = next(ln for ln in page.splitlines() if ln.startswith("| Qwen3-235B block FP8 EP8, 94 L | vLLM 0.32.0 |"))
+    (tree / PAGE).write_text(page.replace(row, row.replace(" H100 |", " H200 |", 1), 1))
     stale = (tree / PAGE).read_text()
     r = report(tree, "--check")
     assert r.returncode == 1 and str(PAGE) in r.stderr and "python -m bench.report" in r.stderr, r.stderr
@@ -54,7 +56,7 @@ def test_a_later_run_replaces_the_cell_it_measured(tree):
     """A run dated after the others, on the 235B EP8 shard against stock at 128 clients with the image's tokens/s
     doubled, is the headline's cell there; the earlier run stays the cell at the concurrencies it alone measured."""
     data = tree / "bench" / "data"
-    src, new = data / "h100_block_46", data / "h100_block_later"
+    src, new = data / "h100_block_48", data / "h100_block_later"  # the newest run of the shard on an H100
     results = json.loads((src / "e2e.json").read_text())
     model = results["models"]["qwen3-235b-ep8-block@94L"]
     for rep in model["reps"]["image"]:
@@ -62,7 +64,7 @@ def test_a_later_run_replaces_the_cell_it_measured(tree):
         rep["throughput"]["128"]["tok_s"] *= 2
     new.mkdir()
     (new / "e2e.json").write_text(json.dumps(results))
-    (new / "README.md").write_text((src / "README.md").read_text().replace("2026-12-07", "2026-12-08", 1))
+    (new / "README.md").write_text((src / "README.md").read_text().replace("2026-12-08", "2026-12-09", 1))
     r = report(tree)
     assert r.returncode == 0, r.stderr
     readme = (tree / README).read_text()
