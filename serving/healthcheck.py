@@ -14,8 +14,9 @@ from .exit_codes import ExitCode
 
 
 def healthcheck(env: Mapping[str, str] | None = None, timeout: float = 8) -> ExitCode:
-    """GET /ping on the host and port the settings resolve to (a wildcard host: loopback)."""
-    import urllib.request
+    """GET /ping on the host and port the settings resolve to (a wildcard host: loopback), straight to it: no proxy
+    variable of the environment (HTTP_PROXY, http_proxy) reroutes it."""
+    import http.client
 
     env = dict(os.environ if env is None else env)
     try:
@@ -26,10 +27,16 @@ def healthcheck(env: Mapping[str, str] | None = None, timeout: float = 8) -> Exi
         return ExitCode.UNHEALTHY
     host = "127.0.0.1" if host in ("", "0.0.0.0") else "::1" if host == "::" else host
     url = f"http://{'[' + host + ']' if ':' in host else host}:{port}/ping"
+    conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            ok = r.status == 200
-    except OSError as e:
+        conn.request("GET", "/ping")
+        status = conn.getresponse().status
+    except (OSError, http.client.HTTPException) as e:
         print(f"unhealthy: {url}: {e}", file=sys.stderr)
         return ExitCode.UNHEALTHY
-    return ExitCode.OK if ok else ExitCode.UNHEALTHY
+    finally:
+        conn.close()
+    if status != 200:
+        print(f"unhealthy: {url}: HTTP {status}", file=sys.stderr)
+        return ExitCode.UNHEALTHY
+    return ExitCode.OK

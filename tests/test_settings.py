@@ -527,6 +527,14 @@ def test_healthcheck_resolves_the_port_like_the_launcher(ping_server, model_dir,
     assert (r.returncode, r.stdout) == (0, "vllm not loaded\n"), r.stderr  # fast: well inside the 10 s timeout
 
 
+def test_healthcheck_goes_straight_to_the_server_whatever_proxy_the_environment_names(ping_server, model_dir):
+    """A container's proxy variables (a proxy that does not answer, no no_proxy) do not reroute the health check."""
+    dead = f"http://127.0.0.1:{free_port()}"
+    r = _healthcheck({"OPTION_PORT": str(ping_server["port"]), "HTTP_PROXY": dead, "http_proxy": dead,
+                      "NO_PROXY": "", "no_proxy": ""}, model_dir)
+    assert r.returncode == 0, r.stderr
+
+
 def test_healthcheck_fails_when_ping_is_not_200_or_nobody_listens(ping_server, model_dir):
     ping_server["status"] = 503
     r = _healthcheck({"OPTION_PORT": str(ping_server["port"])}, model_dir)
