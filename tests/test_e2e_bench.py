@@ -1080,7 +1080,8 @@ def test_the_embedded_models_depth_is_not_silently_ignored(tmp_path, capsys):
     assert e.value.code == 2 and "tiny-cpu is the embedded model" in capsys.readouterr().err
 
 
-# --- The peer arms (sglang, vllm-latest): their commands, settings and runtimes, checked without an engine ---
+# --- The peer arms (sglang, vllm-latest, sglang-latest): their commands, settings and runtimes, checked without an
+# engine ---
 
 def _shard(tmp_path: Path, preset: str = "qwen3-235b-a22b-tp8", layers: int = 94, fp8: str = "tensor") -> Path:
     """A model folder holding only the config.json the bench's make_model writes for a preset shard in FP8 scheme
@@ -1098,7 +1099,7 @@ def _shard(tmp_path: Path, preset: str = "qwen3-235b-a22b-tp8", layers: int = 94
 def _peer_config(tmp_path: Path, **kw) -> Config:
     return Config(stock_site=str(tmp_path / "stock"), models_dir=tmp_path / "models", out=tmp_path / "out",
                   work=tmp_path, sglang_python="/opt/sglang/bin/python", vllm_latest_python="/opt/v034/bin/python",
-                  **kw)
+                  sglang_latest_python="/opt/sglang-0.5.23/bin/python", **kw)
 
 
 def _flag(cmd: list[str], flag: str) -> str:
@@ -1144,6 +1145,23 @@ def test_the_vllm_latest_arm_is_vllm_serve_of_its_runtime_with_the_stock_arms_fl
         assert cfg.stock_site in stock_env["PYTHONPATH"] and "PYTHONPATH" not in env
 
 
+def test_the_sglang_latest_arm_is_the_sglang_arms_server_from_its_own_runtime(tmp_path):
+    """sglang-latest: the same SGLang server command and environment as the sglang arm (servers.PEERS, the profile,
+    a block-FP8 model's settings), from SGLang 0.5.23's Python, in a home of its own."""
+    for model in (next(m for m in models.MODELS if m.fp8 == "tensor"), next(m for m in models.MODELS
+                                                                         if m.fp8 == "block")):
+        assert "sglang-latest" in model.arms
+        cfg, shard = _peer_config(tmp_path, profile=True), _shard(tmp_path)
+        cmd, env = servers.server_command(cfg, model, "sglang", shard, 8003)
+        latest, latest_env = servers.server_command(cfg, model, "sglang-latest", shard, 8003)
+        assert latest == [cfg.sglang_latest_python, *cmd[1:]]
+        home, own = cfg.home(f"{model.name}.sglang-latest"), cfg.profile_dir(f"{model.name}.sglang-latest")
+        assert latest_env["HOME"] == str(home) and latest_env["SGLANG_TORCH_PROFILER_DIR"] == str(own)
+        assert {k: v for k, v in latest_env.items() if str(home) not in v and str(own) != v} == {
+            k: v for k, v in env.items() if str(cfg.home(f"{model.name}.sglang")) not in v
+            and str(cfg.profile_dir(f"{model.name}.sglang")) != v}
+
+
 def test_the_peers_commands_carry_the_profile_and_a_model_setting_sglang_has_no_counterpart_for(tmp_path):
     block = next(m for m in models.MODELS if m.fp8 == "block")
     cfg, shard = _peer_config(tmp_path, profile=True), _shard(tmp_path, "deepseek-v3-tp8", 61)
@@ -1172,10 +1190,11 @@ def test_peers_start_in_their_home_and_sglang_is_ready_on_health(tmp_path, monke
     monkeypatch.setattr(servers, "free_port", lambda: 8005)
     cfg, shard = _peer_config(tmp_path), _shard(tmp_path)
     model = models.MODELS[0]
-    for arm in ("stock", "sglang", "vllm-latest"):
+    for arm in ("stock", "sglang", "vllm-latest", "sglang-latest"):
         servers.start_server(cfg, model, arm, shard)
-    assert started[cfg.sglang_python]["ready_path"] == "/health"
-    assert started[cfg.sglang_python]["cwd"] == cfg.home(f"{model.name}.sglang")
+    for arm in models.SGLANG_ARMS:
+        assert started[cfg.peer_python(arm)]["ready_path"] == "/health"
+        assert started[cfg.peer_python(arm)]["cwd"] == cfg.home(f"{model.name}.{arm}")
     assert started[cfg.vllm_latest_python]["ready_path"] == "/ping"
     assert started[cfg.vllm_latest_python]["cwd"] == cfg.home(f"{model.name}.vllm-latest")
     assert started[cfg.image_python]["cwd"] == ROOT
@@ -1216,23 +1235,30 @@ def test_a_peer_arm_without_its_runtime_is_refused_before_anything_starts(tmp_pa
     err = capsys.readouterr().err
     assert e.value.code == 2 and "--arms sglang: its runtime is not given; --sglang-python PY" in err
     with pytest.raises(SystemExit) as e:
+        cli.main(base + ["--arms", "sglang", "sglang-latest", "--sglang-python", sys.executable])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "--arms sglang-latest: its runtime is not given; --sglang-latest-python PY" in err
+    assert "--arms sglang:" not in err
+    with pytest.raises(SystemExit) as e:
         cli.main(base + ["--arms", "vllm-latest", "--vllm-latest-python", str(tmp_path / "no-such-python")])
     assert e.value.code == 2 and "is not a program here" in capsys.readouterr().err
     assert not (tmp_path / "o").exists() and not (tmp_path / "m").exists()
-    # the default arms leave the peers out; given their runtimes, both pass
+    # the default arms leave the peers out; given their runtimes, all pass
     assert not set(models.PEER_ARMS) & set(Config.default("arms")) and "image" in Config.default("arms")
     cfg = Config.from_args(cli.parser().parse_args(base + [
-        "--arms", "sglang", "vllm-latest", "--sglang-python", sys.executable, "--vllm-latest-python", sys.executable]))
+        "--arms", "sglang", "vllm-latest", "sglang-latest", "--sglang-python", sys.executable,
+        "--vllm-latest-python", sys.executable, "--sglang-latest-python", sys.executable]))
     assert cli.missing_runtimes(cfg) == []
-    assert cfg.record()["sglang_python"] == sys.executable
+    assert cfg.record()["sglang_python"] == cfg.record()["sglang_latest_python"] == sys.executable
 
 
 def test_sglangs_compile_count_is_not_counted(tmp_path):
     """A SGLang server's compile count is None (e2e.md: not counted), never 0."""
     log = tmp_path / "s.log"
     log.write_text("INFO KV Cache is allocated. #tokens: 33456, K size: 0.75 GB\nUsing MoE kernel config from x.\n")
-    facts = servers.log_facts(SimpleNamespace(log=log.read_text, name="m.sglang"))
-    assert facts["jit_warnings"] is None and len(facts["log_lines"]) == 2
+    for arm in models.SGLANG_ARMS:
+        facts = servers.log_facts(SimpleNamespace(log=log.read_text, name=f"m.{arm}"))
+        assert facts["jit_warnings"] is None and len(facts["log_lines"]) == 2
     assert servers.log_facts(SimpleNamespace(log=lambda: "", name="m.vllm-latest"))["jit_warnings"] == 0
 
 

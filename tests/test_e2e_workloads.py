@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from bench.e2e import capacity, cli, kv_pool, models, servers, workload
-from bench.e2e.config import DEPLOYMENT_MODEL_LEN, Config
+from bench.e2e.config import DEPLOYMENT_MODEL_LEN, PEER_RUNTIMES, Config
 from bench.e2e.run import Run, summary
 from tools.launcher_process import Server
 
@@ -195,13 +195,16 @@ def test_the_sized_vllm_arms_get_the_same_share_and_context_and_no_kv_bytes_the_
     assert set(options) <= own | workload_flags, set(options) - own - workload_flags
 
 
+@pytest.mark.parametrize("arm", models.SGLANG_ARMS)
 def test_the_sized_sglang_arm_fills_the_same_share_of_the_gpu_from_the_memory_free_at_its_start(tmp_path,
-                                                                                                   monkeypatch):
-    cfg = replace(_sized(tmp_path, "--models", "qwen3-235b-ep8-block"), sglang_python="/opt/sglang/bin/python")
+                                                                                                   monkeypatch, arm):
+    cfg = replace(_sized(tmp_path, "--models", "qwen3-235b-ep8-block"),
+                  **{PEER_RUNTIMES[arm][0]: f"/opt/{arm}/bin/python"})
     m = models.chosen_models(["qwen3-235b-ep8-block"])[0]
     gib = 1 << 30
     monkeypatch.setattr(capacity, "gpu_memory", lambda: (100 * gib, 40 * gib))  # what nvidia-smi reads: free, used
-    cmd, _ = servers.server_command(cfg, m, "sglang", tmp_path, 8003)
+    cmd, _ = servers.server_command(cfg, m, arm, tmp_path, 8003)
+    assert cmd[0] == f"/opt/{arm}/bin/python"
     assert "--max-total-tokens" not in cmd and cmd[cmd.index("--context-length") + 1] == "16384"
     fraction = float(cmd[cmd.index("--mem-fraction-static") + 1])
     assert fraction * 100 * gib == pytest.approx(0.45 * 140 * gib, rel=1e-3)  # 0.45 of the GPU, of 100 GiB free

@@ -50,10 +50,11 @@ def test_make_gpu_wheelhouse_needs_a_folder():
     assert r.returncode == 2 and "set WHEELHOUSE=<folder>" in r.stderr
 
 
-# --- The peer arms' runtimes (bench/e2e's sglang and vllm-latest) ---
+# --- The peer arms' runtimes (bench/e2e's sglang, vllm-latest and sglang-latest) ---
 
-# The exact pins of sglang 0.5.21's and vllm 0.34.0's wheels (their METADATA's Requires-Dist on Linux x86_64, no
-# extra), read from the wheels themselves: each lock holds them, but where its overrides file says otherwise.
+# The exact pins of sglang 0.5.21's, vllm 0.34.0's and sglang 0.5.23's wheels (their METADATA's Requires-Dist on
+# Linux x86_64, no extra), read from the wheels themselves: each lock holds them, but where its overrides file says
+# otherwise.
 SGLANG_0_5_21_PINS = {
     "apache-tvm-ffi": "0.1.11", "blobfile": "3.0.0", "compressed-tensors": "0.18.0", "cuda-tile": "1.6.0rc5",
     "flashinfer-python": "0.6.18", "humming-kernels": "0.1.12", "numba": "0.65.1", "nvidia-cutlass-dsl": "4.6.2",
@@ -68,12 +69,22 @@ VLLM_0_34_0_PINS = {
     "torchvision": "0.29.0", "pynvvideocodec": "2.0.4", "flashinfer-python": "0.7.3", "apache-tvm-ffi": "0.1.11",
     "tilelang": "0.1.12", "nvtx": "0.2.15", "nvidia-cutlass-dsl": "4.8.0", "quack-kernels": "0.6.5",
     "tokenspeed-mla": "2.0.3", "humming-kernels": "0.1.19"}
+SGLANG_0_5_23_PINS = {
+    "apache-tvm-ffi": "0.1.11", "blobfile": "3.0.0", "compressed-tensors": "0.18.0", "deepseek-recipe": "0.2.0",
+    "flashinfer-python": "0.7.2", "humming-kernels": "0.1.12", "numba": "0.65.1", "nvidia-cutlass-dsl": "4.8.0",
+    "nvidia-mathdx": "25.6.0", "openai": "2.8.0", "openai-harmony": "0.0.4", "outlines": "0.1.11",
+    "quack-kernels": "0.6.5", "sentencepiece": "0.2.1", "sgl-deep-ep": "0.1.2.post1", "sgl-deep-gemm": "0.2.3.post2",
+    "sgl-flash-mla": "1.0.0", "sglang-kernel": "0.4.10", "soundfile": "0.13.1", "tilelang": "0.1.12",
+    "timm": "1.0.25", "tml-renderers": "0.1.0", "tokenizers": "0.23.2", "torch": "2.14.1", "torchaudio": "2.11.0",
+    "torchcodec": "0.17.0", "transformers": "5.19.0", "xgrammar": "0.2.7"}
 # What each runtime's overrides change of those pins (None: left out), and why is in the overrides file
 CHANGED = {"sglang": {"torchaudio": None, "torchcodec": None, "cuda-tile": "1.6.0"},
-           "vllm-latest": {"torchaudio": None, "flashinfer-python": "0.7.4"}}
+           "vllm-latest": {"torchaudio": None, "flashinfer-python": "0.7.4"},
+           "sglang-latest": {"torchaudio": None}}
 
 
-@pytest.mark.parametrize("runtime,pins", [("sglang", SGLANG_0_5_21_PINS), ("vllm-latest", VLLM_0_34_0_PINS)])
+@pytest.mark.parametrize("runtime,pins", [("sglang", SGLANG_0_5_21_PINS), ("vllm-latest", VLLM_0_34_0_PINS),
+                                          ("sglang-latest", SGLANG_0_5_23_PINS)])
 def test_each_peer_lock_holds_its_engines_own_pins_but_the_overrides(runtime, pins):
     lock = gw.locked(runtime)
     for name, version in pins.items():
@@ -94,6 +105,11 @@ def test_the_peer_locks_leave_out_torchaudio_and_pin_their_torch():
     assert (latest["torch"], latest["vllm"], latest["torchvision"]) == ("2.14.0", "0.34.0", "0.29.0")
     assert latest["triton"] != image["triton"]
     assert sglang["nvidia-nccl-cu13"] == latest["nvidia-nccl-cu13"] == image["nvidia-nccl-cu13"]
+    # SGLang 0.5.23 on torch 2.14.1 and its own Triton, the image's NCCL; torchcodec 0.17.0 loads beside torch 2.14
+    newest = gw.locked("sglang-latest")
+    assert (newest["sglang"], newest["torch"], newest["triton"]) == ("0.5.23", "2.14.1", "3.8.0")
+    assert "torchaudio" not in newest and "vllm" not in newest and newest["torchcodec"] == image["torchcodec"]
+    assert newest["nvidia-nccl-cu13"] == image["nvidia-nccl-cu13"]
 
 
 def test_a_peer_wheelhouse_holds_only_what_the_image_runtime_lacks_at_that_version():
@@ -106,6 +122,9 @@ def test_a_peer_wheelhouse_holds_only_what_the_image_runtime_lacks_at_that_versi
     wanted, left = gw.selection(None, ["nvidia-cudnn-cu13", "opencv-python-headless"], "vllm-latest")
     assert {"torch", "triton", "vllm", "torchvision", "flashinfer-python", "transformers"} <= set(wanted)
     assert "nvidia-cudnn-cu13" in left and "torchaudio" not in wanted
+    wanted, left = gw.selection(None, [], "sglang-latest")
+    assert {"torch", "triton", "sglang", "sglang-kernel", "torchvision", "flashinfer-python"} <= set(wanted)
+    assert left["torchcodec"] == image["torchcodec"] and "torchaudio" not in wanted
     with pytest.raises(SystemExit, match="torchaudio"):  # a --skip must name a package of that runtime's lock
         gw.selection(None, ["torchaudio"], "sglang")
 

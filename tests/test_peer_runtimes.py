@@ -1,6 +1,6 @@
-"""tools/peer_runtimes.py: the engine bench's peer runtimes (SGLang 0.5.21, vLLM 0.34.0) as venvs beside the
-image's, checked on the CPU with stand-in packages: what their Python imports, in which order, and what it never
-sees (the image's vLLM)."""
+"""tools/peer_runtimes.py: the engine bench's peer runtimes (SGLang 0.5.21, vLLM 0.34.0, SGLang 0.5.23) as venvs
+beside the image's, checked on the CPU with stand-in packages: what their Python imports, in which order, and what
+it never sees (the image's vLLM)."""
 from __future__ import annotations
 
 import json
@@ -149,6 +149,11 @@ def test_check_fails_on_an_engine_package_off_its_lock_or_the_images_vllm():
     assert pr.compare("vllm-latest", dict(latest), True) == ([], [])  # its own vLLM is the point
     failures, _ = pr.compare("vllm-latest", {k: v for k, v in latest.items() if k != "vllm"}, True)
     assert failures == ["vllm: lock 0.34.0, runtime missing"]
+    newest = pr.read_lock("sglang-latest")  # checked as sglang is, against its own lock
+    assert pr.compare("sglang-latest", dict(newest), False) == ([], [])
+    failures, _ = pr.compare("sglang-latest", dict(newest, torch="2.13.0"), True)
+    assert failures == ["torch: lock 2.14.1, runtime 2.13.0",
+                        "vllm: importable in SGLang's runtime (the image's patched vLLM must stay out of it)"]
 
 
 def test_check_reads_the_runtimes_python(tmp_path, image_venv):

@@ -28,6 +28,9 @@ of their own, resolved and downloaded the same way:
   vllm-latest.lock), a whole runtime of its own: torch 2.14, its Triton, vLLM 0.34 and every package whose version
   differs from the image's; a package the image holds at the very same version is the same wheel, so it is left out
   of the wheelhouse too and read from the image's venv (tools/peer_runtimes.py).
+- "sglang-latest": SGLang 0.5.23, the newest SGLang on the package index, with torch 2.14.1
+  (requirements/sglang-latest.txt, sglang-latest-overrides.txt -> sglang-latest.lock), a whole runtime of its own
+  as "vllm-latest" is.
 Each leaves out torchaudio (their pins name torchaudio 2.11.0, built for torch 2.11) through its overrides file.
 """
 from __future__ import annotations
@@ -78,6 +81,9 @@ RUNTIMES = {r.name: r for r in (
     Runtime("sglang", (("sglang.txt", "sglang.lock", "sglang-overrides.txt"),), platform="x86_64-manylinux_2_34",
             prerelease="if-necessary-or-explicit", beside="image"),
     Runtime("vllm-latest", (("vllm-latest.txt", "vllm-latest.lock", "vllm-latest-overrides.txt"),), beside="image"),
+    # sglang 0.5.23's wheel is manylinux_2_34 too, and it asks for a pre-release of flash-attn-4 as 0.5.21 does
+    Runtime("sglang-latest", (("sglang-latest.txt", "sglang-latest.lock", "sglang-latest-overrides.txt"),),
+            platform="x86_64-manylinux_2_34", prerelease="if-necessary-or-explicit", beside="image"),
 )}
 LOCKS = RUNTIMES["image"].locks
 

@@ -1,19 +1,19 @@
-"""The engine bench's peer runtimes on the GPU host: SGLang 0.5.21 (the "sglang" arm) and stock vLLM 0.34.0 on torch
-2.14 (the "vllm-latest" arm), each a venv of its own beside the image's venv (make gpu-venv), from its wheelhouse
-(tools/gpu_wheelhouse.py download --runtime R).
+"""The engine bench's peer runtimes on the GPU host: SGLang 0.5.21 (the "sglang" arm), stock vLLM 0.34.0 on torch
+2.14 (the "vllm-latest" arm) and SGLang 0.5.23 on torch 2.14.1 (the "sglang-latest" arm), each a venv of its own
+beside the image's venv (make gpu-venv), from its wheelhouse (tools/gpu_wheelhouse.py download --runtime R).
 
     python3 tools/peer_runtimes.py install sglang --wheelhouse W --image-venv /root/venv-gpu --venv /root/venv-sglang
     python3 tools/peer_runtimes.py install vllm-latest --wheelhouse W --image-venv /root/venv-gpu \
         --venv /root/venv-vllm-latest
     python3 tools/peer_runtimes.py check sglang --python /root/venv-sglang/bin/python
 
-Both are made the same way, and the last line printed is the venv's Python (bench/e2e's --sglang-python,
---vllm-latest-python):
+All are made the same way (sglang-latest as vllm-latest), and the last line printed is the venv's Python
+(bench/e2e's --sglang-python, --vllm-latest-python, --sglang-latest-python):
 1. a venv without pip, of the image venv's own base Python (CPython 3.12);
 2. the wheelhouse's pins (W/requirements.txt) installed into its site-packages as they are: pip --no-index --no-deps
    --target (the image venv's pip). A wheelhouse of a runtime beside the image holds only what the image's runtime
    does not hold at the same version: SGLang's own transformers, FlashInfer, sglang-kernel, ...; vLLM 0.34 with
-   torch 2.14, Triton 3.8 and the rest that differs;
+   torch 2.14, Triton 3.8 and the rest that differs; SGLang 0.5.23 with torch 2.14.1 and the rest that differs;
 3. behind its own packages (a .pth, so they come after them on the path), what it shares with the image:
    VENV/image-site, a folder of links to the image venv's packages but vLLM (the image's, patched: neither peer may
    see it) and the metadata of projects the venv holds itself, so that each project has one version's metadata;
@@ -25,7 +25,7 @@ Both are made the same way, and the last line printed is the venv's Python (benc
 A package in the venv shadows the image's of the same name (torch 2.14 over 2.13, transformers 5.12.1 over 5.19.0):
 what each runtime imports is its own lock's version, read from its own site or, at that very version, the image's.
 `check` asks the runtime's Python for the version of every package of its lock (requirements/R.lock) and fails
-when an engine package (KEY) differs or the image's vLLM is visible to SGLang's runtime; other differences (the
+when an engine package (KEY) differs or the image's vLLM is visible to an SGLang runtime; other differences (the
 host's CUDA libraries, which every wheelhouse leaves out) are listed.
 """
 from __future__ import annotations
@@ -47,15 +47,16 @@ else:  # run as a script by the host's python3 (tools/ first on its path)
 NOT_SHARED = ("vllm",)
 PTH = "zzz_peer_runtime.pth"  # read last of the runtime's .pth files: its own packages' paths come first
 DIST_INFO = re.compile(r"^(.+?)-[^-]+\.(dist-info|egg-info)$")
-RUNTIMES = ("sglang", "vllm-latest")
+SGLANG_RUNTIMES = ("sglang", "sglang-latest")  # each SGLang runtime is made and checked alike
+RUNTIMES = ("sglang", "vllm-latest", "sglang-latest")
 # The packages whose version decides what a peer runs: each must be its lock's, or `check` fails.
-KEY = {"sglang": ("sglang", "sglang-kernel", "torch", "triton", "transformers", "flashinfer-python",
-                  "sgl-deep-gemm", "nvidia-nccl-cu13"),
+KEY = {**dict.fromkeys(SGLANG_RUNTIMES, ("sglang", "sglang-kernel", "torch", "triton", "transformers",
+                                         "flashinfer-python", "sgl-deep-gemm", "nvidia-nccl-cu13")),
        "vllm-latest": ("vllm", "torch", "triton", "transformers", "flashinfer-python", "torchvision",
                        "nvidia-nccl-cu13")}
 # The modules each peer's server imports that it must find on its path: metadata alone does not show a module that
 # a .pth file puts on the path (nvidia-cutlass-dsl's `cutlass`, imported by vLLM 0.34's warm-up).
-MODULES = {"sglang": ("sglang", "sgl_kernel", "deep_gemm", "flashinfer", "cutlass"),
+MODULES = {**dict.fromkeys(SGLANG_RUNTIMES, ("sglang", "sgl_kernel", "deep_gemm", "flashinfer", "cutlass")),
            "vllm-latest": ("vllm", "flashinfer", "cutlass")}
 # Run by the runtime's Python with MODULES[runtime] as its arguments: every installed distribution's version (the
 # first on the path wins, as for imports), whether `import vllm` would find a module, and which of the arguments it
@@ -144,7 +145,7 @@ def compare(runtime: str, versions: dict[str, str], vllm_visible: bool,
             continue
         line = f"{name}: lock {want}, runtime {got or 'missing'}"
         (failures if name in KEY[runtime] else notes).append(line)
-    if runtime == "sglang" and vllm_visible:
+    if runtime in SGLANG_RUNTIMES and vllm_visible:
         failures.append("vllm: importable in SGLang's runtime (the image's patched vLLM must stay out of it)")
     return failures, notes
 

@@ -3,6 +3,7 @@
     python -m bench.e2e --stock-site DIR --image-python PY --models-dir DIR --out DIR [--reps 3] [--profile]
         [--layers N [MODEL=N ...]]   # e.g. --layers 94 qwen3-coder-480b-tp8-tensor=40: deployment depth
         [--arms stock image sglang vllm-latest --sglang-python PY --vllm-latest-python PY]   # the peers too
+        [--arms ... sglang-latest --sglang-latest-python PY]   # and the newest SGLang
         [--cross-check N]            # then N repetitions by vLLM's own client, `vllm bench serve`
         [--workload default long mixed decode-heavy burst]   # the workload shapes, each in turn
         [--kv-pool sized --gpu-mem G [--max-model-len N]]     # each engine sizes its own KV pool
@@ -53,7 +54,8 @@ cost on top is measured by bench/http/lmi_vs_openai.py. Results: OUT/e2e.json an
 The peers a user would pick instead, each from a Python of its own (tools/peer_runtimes.py makes them on the GPU
 host), measured in the same turns and compared with the image figure by figure (e2e.md's image/peer table):
 "sglang" is SGLang 0.5.21's own server (python -m sglang.launch_server, its default MoE runner), "vllm-latest" stock
-vLLM 0.34.0 on torch 2.14 (vllm serve, the stock arm's flags). servers.PEERS says which SGLang setting carries which
+vLLM 0.34.0 on torch 2.14 (vllm serve, the stock arm's flags), "sglang-latest" SGLang 0.5.23 on torch 2.14.1, started
+as "sglang" is. servers.PEERS says which SGLang setting carries which
 of vLLM's, and why (the same KV budget as tokens, the same context length and batch limit); SGLang is ready at
 /health (its /ping answers before its warm-up), and its compiles while serving are not counted (it logs none).
 --arms names them (the default leaves them out); a peer named without its runtime's Python is refused.

@@ -25,6 +25,8 @@ PEER_RUNTIMES = {
                                 "and a site of SGLang's own pins)"),
     "vllm-latest": ("vllm_latest_python", "stock vLLM 0.34.0's runtime (tools/peer_runtimes.py vllm-latest: torch "
                                           "2.14 and vLLM 0.34.0)"),
+    "sglang-latest": ("sglang_latest_python", "SGLang 0.5.23's runtime (tools/peer_runtimes.py sglang-latest: "
+                                              "torch 2.14.1 and SGLang 0.5.23)"),
 }
 
 
@@ -36,6 +38,7 @@ class Config:
     image_python: str = sys.executable
     sglang_python: str | None = None  # the Python of SGLang 0.5.21's runtime (the sglang arm); None: not given
     vllm_latest_python: str | None = None  # the Python of vLLM 0.34.0's runtime (the vllm-latest arm)
+    sglang_latest_python: str | None = None  # the Python of SGLang 0.5.23's runtime (the sglang-latest arm)
     models_dir: Path
     out: Path
     work: Path = Path("/tmp/e2e-work")

@@ -162,9 +162,11 @@ IMAGE_ARM_SETTINGS: dict[str, dict[str, object]] = {
 CONTAINER_SETTINGS: dict[str, object] = {"disable_compile_cache": True}
 # The peers a user would pick instead of the image, each from a runtime of its own (bench/e2e/servers.py PEERS says
 # which settings of theirs match which of vLLM's, and why): "sglang" (SGLang 0.5.21's own server, its default MoE
-# runner) and "vllm-latest" (stock vLLM 0.34.0 on torch 2.14, with the stock arm's engine flags). A run refuses
-# them unless their runtime is given (--sglang-python, --vllm-latest-python).
-PEER_ARMS = ("sglang", "vllm-latest")
+# runner, on the image's torch 2.13), "vllm-latest" (stock vLLM 0.34.0 on torch 2.14, with the stock arm's engine
+# flags) and "sglang-latest" (SGLang 0.5.23, the newest, on torch 2.14.1, started as "sglang" is). A run refuses
+# them unless their runtime is given (--sglang-python, --vllm-latest-python, --sglang-latest-python).
+SGLANG_ARMS = ("sglang", "sglang-latest")
+PEER_ARMS = ("sglang", "vllm-latest", "sglang-latest")
 CANDIDATES_ARM = "image-candidates"
 QK_NORM_ROPE_ARM = "image-qk-norm-rope"
 NORM_QUANT_ARMS = ("image-vllm-norm-quant", "image-separate-norm-quant")

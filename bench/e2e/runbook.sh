@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The engine bench on a GPU host, start to end: the image's GPU runtime (a venv with the patch series applied, and
-# its GPU smoke tests), stock vLLM 0.32.0 beside it, optionally the peers' runtimes (SGLang, a newer vLLM), the
-# kernel benches of the series, config tuning, and `python -m bench.e2e`. Run it in the repository root; every step
-# that runs for long runs from its own copy of the tree, in the background, and writes to $RES. bench/README.md
-# walks through a session.
+# its GPU smoke tests), stock vLLM 0.32.0 beside it, optionally the peers' runtimes (SGLang, a newer vLLM, the newest
+# SGLang), the kernel benches of the series, config tuning, and `python -m bench.e2e`. Run it in the repository root;
+# every step that runs for long runs from its own copy of the tree, in the background, and writes to $RES.
+# bench/README.md walks through a session.
 #
 #   bench/e2e/runbook.sh probe            # host facts into $OUT (nvidia-smi, pip freeze, disk, CPUs, nvcc)
 #   bench/e2e/runbook.sh stage PART       # move one part of a packed wheelhouse (tools/gpu_wheelhouse.py pack:
@@ -22,19 +22,20 @@
 #       GEMMS=0    no decode GEMM bench (bench.kernels.decode_gemm, after the engine bench; GEMMS=first: before
 #                  it; GEMM_ARGS its flags, e.g. "--presets qwen3-235b-a22b-ep8");
 #       PROFILE=0  no profiler windows (at 94 layers a one-client window is about a million GPU events);
-#       PEERS="sglang vllm-latest"   the peers' runtimes too (the `peers` step) and the bench told their Pythons;
+#       PEERS="sglang vllm-latest sglang-latest"   the peers' runtimes too (the `peers` step) and the bench told
+#                  their Pythons;
 #       SMALL_M_CANDIDATES   (with GEMMS=first; may be empty) bench.kernels.small_m_configs' flags: small-M files
 #                  from this session's decode GEMM bench for the image-candidates arm (with ENGINE=0: the files alone)
 #   setsid bench/e2e/runbook.sh e2e &     # the engine bench alone again (E2E_ARGS, PEERS, PROFILE as for all), on
 #                                         # the runtimes all or prep installed
-#   bench/e2e/runbook.sh peers            # the peers' runtimes (PEERS, default both) from their staged parts, each a
-#                                         # venv beside $GPU_VENV
+#   bench/e2e/runbook.sh peers            # the peers' runtimes (PEERS, default sglang vllm-latest) from staged parts,
+#                                         # each a venv beside $GPU_VENV
 #   bench/e2e/runbook.sh collect          # copy what is done so far into $OUT (logs and tables, a few archives)
 #   bench/e2e/runbook.sh stop             # end a running session and its engine servers
 #
 # The image's runtime comes from $WH: a wheelhouse folder (tools/gpu_wheelhouse.py download --dest W), or its parts
 # staged in $STAGE (tools/gpu_wheelhouse.py pack --src W --parts DIR --size 45M), unpacked there first. The peers':
-# download --runtime sglang|vllm-latest, then pack --name wheelhouse-sglang|wheelhouse-vllm-latest, into $STAGE too
+# download --runtime PEER (sglang, vllm-latest, sglang-latest), then pack --name wheelhouse-PEER, into $STAGE too
 # (the names keep them apart). Folders: everything under $BENCH_HOME (default $HOME), each overridable.
 set -uo pipefail
 BENCH_HOME=${BENCH_HOME:-${HOME:-/tmp}}

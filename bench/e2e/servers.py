@@ -19,7 +19,7 @@ from .capacity import sglang_sized_args
 from .config import Config
 from .kv_pool import pool_facts
 from .models import (ARM_ENV, CANDIDATES_ARM, CONTAINER_SETTINGS, IMAGE_ARM_ENGINE_ARGS, IMAGE_ARM_SETTINGS,
-                     NO_NVCC_ARM, PEER_ARMS, Model)
+                     NO_NVCC_ARM, PEER_ARMS, SGLANG_ARMS, Model)
 
 JIT_WARNING = "JIT compilation during inference"
 MAX_NUM_SEQS = 128
@@ -42,7 +42,7 @@ SGLANG_MEM_FRACTION_STATIC = 0.99
 # How the readiness of each kind of server is asked: vLLM (the launcher, stock, vllm-latest) serves /ping once its
 # engine is up; SGLang's /ping answers 200 as soon as its HTTP server listens, before its warm-up request, and
 # /health answers 503 until that warm-up has run (then 200 after a one-token generation).
-READY_PATH = {"sglang": "/health"}
+READY_PATH = {arm: "/health" for arm in SGLANG_ARMS}
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class Matched:
 
 
 # Which setting of each peer carries which of the stock arm's (vLLM 0.32's) engine settings, and why
-# (tests/test_e2e_bench.py checks the commands against it).
+# (tests/test_e2e_bench.py checks the commands against it); the sglang column holds for every arm of SGLANG_ARMS.
 PEERS = (
     Matched("--model DIR", "--model-path DIR", "vllm serve DIR",
             "the same checkpoint folder, served under the same name (SGLang's --served-model-name defaults to the "
@@ -77,12 +77,13 @@ PEERS = (
             "SGLang's fraction sizes its memory profile, set high enough that the token cap, not the profile, "
             "decides its pool (SGLANG_MEM_FRACTION_STATIC)"),
     Matched("--jit-monitor-verbose", "(none)", "--jit-monitor-verbose",
-            "vLLM logs every kernel compiled while serving; SGLang 0.5.21 has no such monitor, so its compiles "
-            "are not counted (the warm-up pass's first TTFT at each new concurrency shows a compile's stall)"),
+            "vLLM logs every kernel compiled while serving; SGLang (0.5.21, 0.5.23) has no such monitor, so its "
+            "compiles are not counted (the warm-up pass's first TTFT at each new concurrency shows a compile's "
+            "stall)"),
     Matched("--linear-backend cutlass (block-FP8 models)",
             "SGLANG_JIT_DEEPGEMM_PRECOMPILE=false (its default kernel, DeepGEMM on Hopper, compiled as used)",
             "--linear-backend cutlass",
-            "SGLang 0.5.21 refuses --fp8-gemm-backend cutlass on SM90 ('deprecated on this hardware'); its "
+            "SGLang (0.5.21, 0.5.23) refuses --fp8-gemm-backend cutlass on SM90 ('deprecated on this hardware'); its "
             "default block-FP8 linear kernel is DeepGEMM, which by default it compiles at start for every M up to "
             "16K (10-20 minutes by its own log, beyond a device lease): compiled as used instead, during each arm's "
             "warm-up pass, so its start to first 200 leaves that compile out and its first requests carry it"),
@@ -184,9 +185,10 @@ SGLANG_ENGINE_ARGS: dict[str, str | None] = {"linear-backend": None}
 SGLANG_ENGINE_ENV: dict[str, dict[str, str]] = {"linear-backend": {"SGLANG_JIT_DEEPGEMM_PRECOMPILE": "false"}}
 
 
-def sglang_command(cfg: Config, model: Model, model_dir: Path, port: int) -> tuple[list[str], dict[str, str]]:
-    """SGLang 0.5.21's own server on the stock arm's settings, as PEERS matches them: its command, and the
-    environment the model's own engine settings become."""
+def sglang_command(cfg: Config, model: Model, arm: str, model_dir: Path,
+                   port: int) -> tuple[list[str], dict[str, str]]:
+    """The SGLang server of arm (one of SGLANG_ARMS) from its runtime's Python, on the stock arm's settings, as PEERS
+    matches them: its command, and the environment the model's own engine settings become."""
     extra, env = [], {}
     for k, v in model.engine_args:
         if k not in SGLANG_ENGINE_ARGS:
@@ -194,7 +196,7 @@ def sglang_command(cfg: Config, model: Model, model_dir: Path, port: int) -> tup
         if SGLANG_ENGINE_ARGS[k]:
             extra += [SGLANG_ENGINE_ARGS[k], v]
         env.update(SGLANG_ENGINE_ENV.get(k, {}))
-    return [cfg.sglang_python, "-m", "sglang.launch_server", "--model-path", str(model_dir),
+    return [cfg.peer_python(arm), "-m", "sglang.launch_server", "--model-path", str(model_dir),
             "--host", "127.0.0.1", "--port", str(port),
             "--context-length", str(cfg.max_model_len),
             "--max-running-requests", str(MAX_NUM_SEQS),
@@ -206,7 +208,7 @@ def sglang_command(cfg: Config, model: Model, model_dir: Path, port: int) -> tup
 def server_command(cfg: Config, model: Model, arm: str, model_dir: Path, port: int) -> tuple[list[str], dict]:
     """The command and environment of one arm's server: the image through its launcher (settings as OPTION_*
     variables), stock as `vllm serve` (the same settings as flags), vllm-latest as `vllm serve` of its
-    own runtime (the same flags), sglang as SGLang's server of its own runtime (PEERS)."""
+    own runtime (the same flags), sglang and sglang-latest as SGLang's server of its own runtime (PEERS)."""
     name = server_name(model, arm)
     env = _cold_env(os.environ, cfg.home(name))
     if arm in PEER_ARMS:
@@ -229,12 +231,12 @@ def server_command(cfg: Config, model: Model, arm: str, model_dir: Path, port: i
         # vLLM's supported entry point (the `vllm` program is vllm.entrypoints.cli.main:main)
         cmd = [cfg.vllm_latest_python, "-m", "vllm.entrypoints.cli.main", "serve", str(model_dir),
                "--host", "127.0.0.1", "--port", str(port), *_flags(args)]
-    elif arm == "sglang":
+    elif arm in SGLANG_ARMS:
         if cfg.profile:
             # the vLLM arms' profiler settings: no Python stacks, no shapes (SGLang records both by default)
             env.update(SGLANG_TORCH_PROFILER_DIR=str(cfg.profile_dir(name)),  # made by engine_args
                        SGLANG_PROFILE_WITH_STACK="false", SGLANG_PROFILE_RECORD_SHAPES="false")
-        cmd, model_env = sglang_command(cfg, model, model_dir, port)
+        cmd, model_env = sglang_command(cfg, model, arm, model_dir, port)
         env.update(model_env)
     else:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (cfg.stock_site, env.get("PYTHONPATH", "")) if p)
@@ -327,7 +329,7 @@ def log_facts(s: Server) -> dict:
     for ln in text.splitlines():
         if pick.search(ln) and len(lines) < 40:
             lines.append(ln[-300:])
-    sglang = s.name.endswith(".sglang")
+    sglang = s.name.rsplit(".", 1)[-1] in SGLANG_ARMS
     return {"jit_warnings": None if sglang else text.count(JIT_WARNING),
             "flashinfer_jit_builds": text.count("Building JIT module"), "log_lines": lines, **pool_facts(text),
             "moe_configs_not_found": sorted(set(MOE_CONFIG_NOT_FOUND.findall(text)))}

@@ -12,7 +12,8 @@ README_LINE = re.compile(r"(?P<date>\d{4}-\d{2}-\d{2}), one (?P<gpu>H100|H200): 
                          r"(?: \(the image as it ships: arm `(?P<arm>[\w-]+)`\))?")
 README_FORM = "YYYY-MM-DD, one H100|H200: `python -m bench.e2e ...` [(the image as it ships: arm `NAME`)]"
 
-PEERS = (("stock", "vLLM 0.32.0"), ("vllm-latest", "vLLM 0.34.0"), ("sglang", "SGLang 0.5.21"))
+PEERS = (("stock", "vLLM 0.32.0"), ("vllm-latest", "vLLM 0.34.0"), ("sglang", "SGLang 0.5.21"),
+         ("sglang-latest", "SGLang 0.5.23"))
 # What a model name of the bench says (family-layout-scheme@NL): the checkpoint, its layers, the FP8 scheme, the rank
 FAMILIES = {"qwen3-235b": ("Qwen3-235B-A22B", 94), "qwen3-coder-480b": ("Qwen3-Coder-480B-A35B", 62),
             "deepseek-v3": ("DeepSeek-V3", 61)}
