@@ -31,6 +31,16 @@ def tree(tmp_path: Path) -> Path:
     return tmp_path
 
 
+def later_run(tree: Path, src: str, name: str, results: dict, date: str, later: str) -> subprocess.CompletedProcess:
+    """bench/data/NAME: run SRC's README line with its date `date` replaced by `later`, over `results`; then the
+    report over the tree."""
+    data = tree / "bench" / "data"
+    (data / name).mkdir()
+    (data / name / "e2e.json").write_text(json.dumps(results))
+    (data / name / "README.md").write_text((data / src / "README.md").read_text().replace(date, later, 1))
+    return report(tree)
+
+
 def test_committed_pages_are_what_the_report_writes(tree):
     for path in GENERATED:
         (tree / path).unlink()
@@ -55,17 +65,13 @@ def test_check_names_a_stale_page_and_writes_nothing(tree):
 def test_a_later_run_replaces_the_cell_it_measured(tree):
     """A run dated after the others, on the 235B EP8 shard against stock at 128 clients with the image's tokens/s
     doubled, is the headline's cell there; the earlier run stays the cell at the concurrencies it alone measured."""
-    data = tree / "bench" / "data"
-    src, new = data / "h100_block_48", data / "h100_block_later"  # the newest run of the shard on an H100
+    src = tree / "bench" / "data" / "h100_block_48"  # the newest run of the shard on an H100
     results = json.loads((src / "e2e.json").read_text())
     model = results["models"]["qwen3-235b-ep8-block@94L"]
     for rep in model["reps"]["image"]:
         rep["throughput"].pop("1")
         rep["throughput"]["128"]["tok_s"] *= 2
-    new.mkdir()
-    (new / "e2e.json").write_text(json.dumps(results))
-    (new / "README.md").write_text((src / "README.md").read_text().replace("2026-12-08", "2026-12-09", 1))
-    r = report(tree)
+    r = later_run(tree, "h100_block_48", "h100_block_later", results, "2026-12-08", "2026-12-09")
     assert r.returncode == 0, r.stderr
     readme = (tree / README).read_text()
     [row] = [ln for ln in readme.splitlines() if ln.startswith("| Qwen3-235B block FP8 EP8, 94 L | vLLM 0.32.0 |")]
@@ -102,8 +108,7 @@ def test_the_floor_section_rows_are_each_profiled_window_and_the_newest_runs_lay
     them."""
     from bench.e2e.floor import floor_data
 
-    data = tree / "bench" / "data"
-    src = data / "h200_block_15"
+    src = tree / "bench" / "data" / "h200_block_15"
     results = json.loads((src / "e2e.json").read_text())
     d = floor_data(results, "qwen3-235b-ep8-block@94L", "image.c1", "H200")
     page = (ROOT / PAGE).read_text()
@@ -115,11 +120,7 @@ def test_the_floor_section_rows_are_each_profiled_window_and_the_newest_runs_lay
     window = results["models"]["qwen3-235b-ep8-block@94L"]["profile"]["image.c1"]
     window["total_gpu_ms"] *= 2
     window["top_kernels"] = [[n, k, 2 * us] for n, k, us in window["top_kernels"]]
-    new = data / "h200_block_later"
-    new.mkdir()
-    (new / "e2e.json").write_text(json.dumps(results))
-    (new / "README.md").write_text((src / "README.md").read_text().replace("2026-12-0", "2026-12-1", 1))
-    r = report(tree)
+    r = later_run(tree, "h200_block_15", "h200_block_later", results, "2026-12-0", "2026-12-1")
     assert r.returncode == 0, r.stderr
     page = (tree / PAGE).read_text()
     assert row in page  # the earlier run's row stays

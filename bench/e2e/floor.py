@@ -99,34 +99,23 @@ def expected_experts(experts: int, top_k: int, tokens: int) -> float:
     return experts * (1 - (1 - top_k / experts) ** tokens)
 
 
-def weight_bytes(spec, name: str, shape: tuple[int, ...]) -> int:
-    """A checkpoint tensor's bytes as shards.checkpoint_bytes counts them (scales included)."""
-    from serving.tiny_model import FP8_BLOCK
-
-    numel = math.prod(shape)
-    if not (spec.fp8 and name.endswith(("_proj.weight", "_proj_with_mqa.weight")) and len(shape) == 2):
-        return 2 * numel
-    if spec.fp8_scheme == "block":
-        return numel + 4 * -(-shape[0] // FP8_BLOCK) * -(-shape[1] // FP8_BLOCK)
-    return numel + 4 * (2 if spec.fp8_scheme == "static" else 1)
-
-
 @functools.lru_cache(maxsize=None)
 def layer_weights(spec) -> dict[str, float]:
     """Weight bytes of one MoE decoder layer by part: qkv (every attention projection but o_proj), o_proj, one
     expert's w13 and w2, shared experts, router, norms; and per step: lm_head and one embedding row."""
     from serving import tiny_model
 
+    from .shards import tensor_bytes
+
     first = spec.dense_layers  # the first MoE layer
     parts = dict.fromkeys(("qkv", "o_proj", "w13", "w2", "shared", "router", "norms", "lm_head", "embed_row"), 0.0)
     prefix = f"model.layers.{first}."
     for name, t in tiny_model.tensor_shapes(replace(spec, layers=first + 1)).items():
-        shape = tuple(t.shape)
-        b = weight_bytes(spec, name, shape)
+        b = tensor_bytes(spec, name, t)
         if name == "lm_head.weight":
             parts["lm_head"] = b
         elif name == "model.embed_tokens.weight":
-            parts["embed_row"] = b / shape[0]
+            parts["embed_row"] = b / t.shape[0]
         elif not name.startswith(prefix):
             continue
         elif ".shared_expert" in name:

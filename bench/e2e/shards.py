@@ -104,16 +104,18 @@ def layer_bytes(spec: TinySpec) -> tuple[int, int, int]:
 
 
 def _tensor_bytes(spec: TinySpec) -> int:
-    total = 0
-    for name, t in tiny_model.tensor_shapes(spec).items():
-        if not (spec.fp8 and tiny_model.is_projection(name, t)):
-            total += 2 * t.numel()
-        elif spec.fp8_scheme == "block":
-            n, k = t.shape
-            total += t.numel() + 4 * -(-n // FP8_BLOCK) * -(-k // FP8_BLOCK)
-        else:
-            total += t.numel() + 4 * (2 if spec.fp8_scheme == "static" else 1)
-    return total
+    return sum(tensor_bytes(spec, name, t) for name, t in tiny_model.tensor_shapes(spec).items())
+
+
+def tensor_bytes(spec: TinySpec, name: str, t) -> int:
+    """One tensor's bytes in the checkpoint (checkpoint_bytes' rule): bf16, or for an FP8 projection one byte an
+    element with its float32 scales."""
+    if not (spec.fp8 and tiny_model.is_projection(name, t)):
+        return 2 * t.numel()
+    if spec.fp8_scheme == "block":
+        n, k = t.shape
+        return t.numel() + 4 * -(-n // FP8_BLOCK) * -(-k // FP8_BLOCK)
+    return t.numel() + 4 * (2 if spec.fp8_scheme == "static" else 1)
 
 
 def parse(argv: list[str] | None = None):
